@@ -1,0 +1,718 @@
+"""The node root: the only way any simulator touches the filesystem.
+
+Everything Mokka writes lives under one directory, the *node root*: ``/host``
+inside the DaemonSet pod, ``./mokka-node`` for a local run, a temporary
+directory in tests.  Simulators never build paths themselves; they describe
+what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
+``CopyOf``) and call ``Host.converge(owner, artifacts)``, which
+
+* resolves every path *beneath* the root (see ``Host.resolve``),
+* creates or updates only what differs (unchanged files are not rewritten, so
+  their mtimes stay, and a second stage is a no-op),
+* records every path it created in the owner's **manifest**, persisted under
+  the root's state directory before the path is created, so a fresh process
+  can ``discard`` what a killed one left behind,
+* removes what the owner created earlier but the new set no longer lists
+  (convergence downward: 8 → 4 GPUs removes ``nvidia4..7``),
+* backs up a pre-existing file it is asked to overwrite and restores it on
+  discard, so teardown leaves the node byte for byte as it was found.
+
+All methods are blocking; simulators call them through
+``trio.to_thread.run_sync`` once per batch (one thread hop per surface, not
+per file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+import attrs
+
+from mokka.errors import CommandError, HostPathError
+
+logger = logging.getLogger(__name__)
+
+#: Where manifests and backups live, relative to the node root.  Kept apart
+#: from the simulators' own state directory (``/var/lib/nvml-mock``) so that
+#: consumers mounting that tree never see Mokka's bookkeeping.
+STATE_DIR = "/var/lib/mokka"
+
+#: Bound on symlink hops while resolving a path (Linux uses 40 too).
+_MAX_SYMLINKS = 40
+
+
+# --------------------------------------------------------------------------
+# Artifacts: what a simulator asks for
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class File:
+    """A regular file with exact content and mode."""
+
+    path: str
+    content: bytes = attrs.field(converter=lambda c: c.encode() if isinstance(c, str) else c)
+    mode: int = 0o644
+
+
+@attrs.frozen
+class CopyOf:
+    """A regular file copied from a path outside the root (a built library, a binary).
+
+    Compared by content digest, so an unchanged source is not copied again.
+    """
+
+    path: str
+    source: Path = attrs.field(converter=Path)
+    mode: int = 0o755
+
+
+@attrs.frozen
+class Symlink:
+    """A symbolic link; ``target`` is written verbatim (use relative targets)."""
+
+    path: str
+    target: str
+
+
+@attrs.frozen
+class CharDevice:
+    """A character device node.
+
+    Without CAP_MKNOD (a laptop run as a normal user, a restricted pod) a
+    regular placeholder file is written instead and the convergence reports it
+    as degraded, so readiness can say why consumers will not open it.
+    """
+
+    path: str
+    major: int
+    minor: int
+    mode: int = 0o666
+
+
+@attrs.frozen
+class Directory:
+    """A directory that must exist (parents are created implicitly anyway)."""
+
+    path: str
+    mode: int = 0o755
+
+
+Artifact = File | CopyOf | Symlink | CharDevice | Directory
+
+
+@attrs.frozen
+class ConvergeReport:
+    """What one ``converge`` call changed, for logs and readiness."""
+
+    created: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    #: Reasons the result is not what consumers expect (e.g. placeholder devices).
+    degraded: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.removed)
+
+
+# --------------------------------------------------------------------------
+# Host commands
+# --------------------------------------------------------------------------
+
+
+class CommandRunner(Protocol):
+    """Runs a host command (systemctl, nvidia-ctk); injectable so tests record calls."""
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+@attrs.frozen
+class SubprocessRunner:
+    """The real runner: a subprocess with captured text output."""
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 60.0, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=timeout, env=env, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CommandError(f"{argv[0]}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------
+# The manifest: what each owner created
+# --------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class _Manifest:
+    """Paths one owner created, in creation order, with the kind of each.
+
+    Persisted as a snapshot (``<owner>.json``) plus an append-only journal
+    (``<owner>.journal``): a path is appended to the journal *before* it is
+    created, so a process killed mid-batch still leaves a record of it.  A
+    journal line costs one ``write`` (no fsync: a killed process loses no
+    page cache; a crashed machine reboots the node anyway).
+    """
+
+    owner: str
+    directory: Path
+    entries: dict[str, str] = attrs.field(factory=dict)  # path -> kind
+    backups: dict[str, str] = attrs.field(factory=dict)  # path -> backup file name
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.directory / f"{self.owner}.json"
+
+    @property
+    def journal_path(self) -> Path:
+        return self.directory / f"{self.owner}.journal"
+
+    @classmethod
+    def load(cls, owner: str, directory: Path) -> _Manifest:
+        manifest = cls(owner=owner, directory=directory)
+        if manifest.snapshot_path.exists():
+            data = json.loads(manifest.snapshot_path.read_text())
+            manifest.entries = dict(data.get("entries", {}))
+            manifest.backups = dict(data.get("backups", {}))
+        if manifest.journal_path.exists():
+            for line in manifest.journal_path.read_text().splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn last line from a killed process
+                op, path = record["op"], record["path"]
+                if op == "add":
+                    manifest.entries[path] = record["kind"]
+                    if record.get("backup"):
+                        manifest.backups[path] = record["backup"]
+                elif op == "remove":
+                    manifest.entries.pop(path, None)
+                    manifest.backups.pop(path, None)
+        return manifest
+
+    def note(self, op: str, path: str, kind: str = "", backup: str = "") -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        record = {"op": op, "path": path}
+        if kind:
+            record["kind"] = kind
+        if backup:
+            record["backup"] = backup
+        with open(self.journal_path, "a", encoding="utf-8") as journal:
+            journal.write(json.dumps(record, separators=(",", ":")) + "\n")
+        if op == "add":
+            self.entries[path] = kind
+            if backup:
+                self.backups[path] = backup
+        else:
+            self.entries.pop(path, None)
+            self.backups.pop(path, None)
+
+    def compact(self) -> None:
+        """Fold the journal into the snapshot; remove both when nothing is owned."""
+        if not self.entries:
+            self.snapshot_path.unlink(missing_ok=True)
+            self.journal_path.unlink(missing_ok=True)
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.snapshot_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"entries": self.entries, "backups": self.backups}, indent=1))
+        os.replace(tmp, self.snapshot_path)
+        self.journal_path.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------
+# The host
+# --------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@attrs.define(eq=False)
+class Host:
+    """The node root plus the command runner; see the module docstring."""
+
+    root: Path = attrs.field(converter=lambda p: Path(p).absolute())
+    runner: CommandRunner = attrs.field(factory=SubprocessRunner)
+    #: Per-owner locks: converge/discard of one owner never interleave.
+    _locks: dict[str, threading.Lock] = attrs.field(factory=dict, init=False)
+    _locks_guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    #: Guards the shared state directory: created by the first converge in
+    #: flight, removed by the last one out when no manifest remains.
+    _state_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _state_users: int = attrs.field(default=0, init=False)
+
+    @contextlib.contextmanager
+    def _state_in_use(self) -> Iterator[None]:
+        with self._state_lock:
+            self._state_users += 1
+            self._ensure_state_dir()
+        try:
+            yield
+        finally:
+            with self._state_lock:
+                self._state_users -= 1
+                if self._state_users == 0:
+                    self._cleanup_state_dir()
+
+    # ---- paths ---------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self.resolve(STATE_DIR)
+
+    def resolve(self, path: str | os.PathLike[str], *, follow_last: bool = False) -> Path:
+        """Map a node path (``/var/run/cdi/x`` or ``var/run/cdi/x``) beneath the root.
+
+        Symlinks met on the way are followed *inside* the root, the way the
+        host itself would see them: an absolute target is re-rooted (on a
+        real host ``/host/var/run → /run`` means ``/host/run``), a relative
+        target is spliced in.  Anything that would climb above the root,
+        ``..`` in the request itself, or a relative link like
+        ``../../../etc``, raises ``HostPathError``: nothing a profile or a
+        planted link says can make the daemon write outside its root.  The
+        last component is not followed unless ``follow_last`` (we create,
+        replace or remove *that* entry).
+        """
+        raw = os.fspath(path)
+        if "\x00" in raw:
+            raise HostPathError(f"{raw!r}: NUL byte in path")
+        parts = [p for p in PurePosixPath(raw).parts if p not in ("/", ".")]
+        if any(p == ".." for p in parts):
+            raise HostPathError(f"{raw}: '..' is not allowed in node paths")
+        if not parts:
+            return self.root
+        resolved: list[str] = []
+        pending = list(parts)
+        hops = 0
+        while pending:
+            name = pending.pop(0)
+            if name == "..":
+                if not resolved:
+                    raise HostPathError(f"{raw}: a symlink on the way climbs above the node root")
+                resolved.pop()
+                continue
+            candidate = self.root.joinpath(*resolved, name)
+            is_last = not pending
+            if is_last and not follow_last:
+                resolved.append(name)
+                break
+            try:
+                st = os.lstat(candidate)
+            except FileNotFoundError:
+                resolved.append(name)
+                resolved.extend(pending)
+                break
+            if stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > _MAX_SYMLINKS:
+                    raise HostPathError(f"{raw}: too many symlinks")
+                target = os.readlink(candidate)
+                target_parts = [p for p in PurePosixPath(target).parts if p not in (".",)]
+                if target.startswith("/"):
+                    resolved = []
+                    target_parts = [p for p in target_parts if p != "/"]
+                pending = target_parts + pending
+                continue
+            resolved.append(name)
+        result = self.root.joinpath(*resolved)
+        # Belt and braces: the walk above never yields a path outside the root.
+        if os.path.commonpath([self.root, result]) != str(self.root):
+            raise HostPathError(f"{raw}: resolves outside the node root")
+        return result
+
+    def exists(self, path: str) -> bool:
+        try:
+            return os.path.lexists(self.resolve(path))
+        except HostPathError:
+            return False
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.resolve(path, follow_last=True).read_bytes()
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode()
+
+    # ---- host commands -----------------------------------------------
+
+    def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess[str]:
+        return self.runner.run(argv, **kwargs)
+
+    # ---- convergence ---------------------------------------------------
+
+    def _lock(self, owner: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(owner, threading.Lock())
+
+    def _manifest_dir(self) -> Path:
+        return self.resolve(STATE_DIR + "/manifests", follow_last=True)
+
+    def _ensure_state_dir(self) -> None:
+        """Create the state directory, remembering which ancestors were ours.
+
+        On an empty root (tests, a local run) ``/var`` and ``/var/lib`` do not
+        exist; recording them lets the last discard remove them again, so the
+        root ends exactly as it started.
+        """
+        state = self.state_dir
+        if state.is_dir():
+            return
+        created: list[str] = []
+        parts = STATE_DIR.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            rel = "/" + "/".join(parts[:i])
+            real = self.resolve(rel, follow_last=True)
+            if not real.is_dir():
+                real.mkdir(mode=0o755)
+                created.append(rel)
+        (state / "created-parents.json").write_text(json.dumps(created))
+
+    def _cleanup_state_dir(self) -> None:
+        """Remove the state directory (and the ancestors it created) once it records nothing."""
+        state = self.state_dir
+        manifests = self._manifest_dir()
+        if manifests.is_dir() and any(manifests.iterdir()):
+            return
+        backups = state / "backups"
+        if backups.is_dir() and any(backups.rglob("*")):
+            if any(p.is_file() for p in backups.rglob("*")):
+                return
+        marker = state / "created-parents.json"
+        created = json.loads(marker.read_text()) if marker.is_file() else []
+        marker.unlink(missing_ok=True)
+        _rmdir_empty_tree(state)
+        for rel in sorted(created, key=lambda r: -r.count("/")):
+            try:
+                self.resolve(rel, follow_last=True).rmdir()
+            except OSError:
+                pass  # something else now lives there: leave it
+
+    def owned(self, owner: str) -> dict[str, str]:
+        """The paths ``owner`` currently owns (path → kind), as persisted."""
+        with self._lock(owner):
+            return dict(_Manifest.load(owner, self._manifest_dir()).entries)
+
+    def converge(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
+        """Make ``owner``'s part of the node exactly ``artifacts``; see the module docstring."""
+        _check_owner(owner)
+        wanted = list(artifacts)
+        with self._lock(owner), self._state_in_use():
+            manifest = _Manifest.load(owner, self._manifest_dir())
+            work = _Work(self, manifest)
+            wanted_paths: set[str] = set()
+            for art in wanted:
+                norm = _norm(art.path)
+                wanted_paths.add(norm)
+                work.ensure_parents(norm)
+                work.place(art, norm)
+            work.remove_unwanted(wanted_paths)
+            manifest.compact()
+            return work.report()
+
+    def discard(self, owner: str) -> ConvergeReport:
+        """Remove everything ``owner`` created (also by an earlier process); restore backups."""
+        return self.converge(owner, ())
+
+    def discard_all(self) -> ConvergeReport:
+        """Discard every owner with a manifest (``mokka cleanup``)."""
+        directory = self._manifest_dir()
+        owners = sorted(
+            {p.name.rsplit(".", 1)[0] for p in directory.glob("*.json")}
+            | {p.name.rsplit(".", 1)[0] for p in directory.glob("*.journal")}
+        ) if directory.is_dir() else []
+        removed: list[str] = []
+        for owner in owners:
+            removed.extend(self.discard(owner).removed)
+        return ConvergeReport(removed=tuple(removed))
+
+
+def _rmdir_empty_tree(path: Path) -> None:
+    if not path.is_dir() or path.is_symlink():
+        return
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            _rmdir_empty_tree(child)
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def _check_owner(owner: str) -> None:
+    if not owner or "/" in owner or owner.startswith("."):
+        raise ValueError(f"invalid owner name {owner!r}")
+
+
+def _norm(path: str) -> str:
+    """One spelling per node path: absolute, no trailing slash, no '.' parts."""
+    parts = [p for p in PurePosixPath(path).parts if p not in ("/", ".")]
+    if not parts or any(p == ".." for p in parts):
+        raise HostPathError(f"{path}: not a valid node path")
+    return "/" + "/".join(parts)
+
+
+@attrs.define(eq=False)
+class _Work:
+    """One converge call's bookkeeping (kept out of ``Host`` to keep it stateless)."""
+
+    host: Host
+    manifest: _Manifest
+    created: list[str] = attrs.field(factory=list)
+    updated: list[str] = attrs.field(factory=list)
+    removed: list[str] = attrs.field(factory=list)
+    degraded: list[str] = attrs.field(factory=list)
+
+    def report(self) -> ConvergeReport:
+        return ConvergeReport(
+            created=tuple(self.created),
+            updated=tuple(self.updated),
+            removed=tuple(self.removed),
+            degraded=tuple(self.degraded),
+        )
+
+    # -- creation ------------------------------------------------------
+
+    def ensure_parents(self, norm: str) -> None:
+        parts = norm.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            self._ensure_dir("/" + "/".join(parts[:i]), 0o755, explicit=False)
+
+    def _ensure_dir(self, norm: str, mode: int, *, explicit: bool) -> None:
+        real = self.host.resolve(norm, follow_last=True)
+        if os.path.isdir(real):
+            if explicit and norm in self.manifest.entries and stat.S_IMODE(os.stat(real).st_mode) != mode:
+                os.chmod(real, mode)
+                self.updated.append(norm)
+            return
+        if os.path.lexists(real):
+            raise HostPathError(f"{norm}: exists and is not a directory")
+        self.manifest.note("add", norm, "dir")
+        os.mkdir(real, mode)
+        os.chmod(real, mode)  # mkdir honours the umask; the mode we asked for is what we mean
+        self.created.append(norm)
+
+    def place(self, art: Artifact, norm: str) -> None:
+        if isinstance(art, Directory):
+            self._ensure_dir(norm, art.mode, explicit=True)
+            return
+        real = self.host.resolve(norm)
+        existing = _lstat(real)
+        if existing is not None and self._matches(art, real, existing):
+            if norm not in self.manifest.entries:
+                # Identical content placed by someone else: adopt nothing, touch nothing.
+                pass
+            return
+        kind = _kind(art)
+        if existing is not None and norm not in self.manifest.entries:
+            backup = self._backup(norm, real, existing)
+            self.manifest.note("add", norm, kind, backup=backup)
+        elif norm not in self.manifest.entries:
+            self.manifest.note("add", norm, kind)
+        elif self.manifest.entries[norm] != kind:
+            self.manifest.note("add", norm, kind, backup=self.manifest.backups.get(norm, ""))
+        (self.updated if existing is not None else self.created).append(norm)
+        self._write(art, real)
+
+    def _backup(self, norm: str, real: Path, existing: os.stat_result) -> str:
+        """Keep a copy of a foreign file we are about to replace."""
+        if stat.S_ISDIR(existing.st_mode):
+            raise HostPathError(f"{norm}: a directory is in the way")
+        name = hashlib.sha256(norm.encode()).hexdigest()[:32]
+        backups = self.host.resolve(STATE_DIR + "/backups/" + self.manifest.owner, follow_last=True)
+        backups.mkdir(parents=True, exist_ok=True)
+        target = backups / name
+        if stat.S_ISLNK(existing.st_mode):
+            target.write_text(json.dumps({"symlink": os.readlink(real)}))
+        elif stat.S_ISREG(existing.st_mode):
+            shutil.copy2(real, target, follow_symlinks=False)
+            (backups / (name + ".mode")).write_text(oct(stat.S_IMODE(existing.st_mode)))
+        else:
+            target.write_text(json.dumps({
+                "device": [os.major(existing.st_rdev), os.minor(existing.st_rdev)],
+                "mode": stat.S_IMODE(existing.st_mode),
+                "char": stat.S_ISCHR(existing.st_mode),
+            }))
+        return name
+
+    def _matches(self, art: Artifact, real: Path, st: os.stat_result) -> bool:
+        if isinstance(art, Symlink):
+            return stat.S_ISLNK(st.st_mode) and os.readlink(real) == art.target
+        if isinstance(art, CharDevice):
+            if stat.S_ISCHR(st.st_mode):
+                return (os.major(st.st_rdev), os.minor(st.st_rdev)) == (art.major, art.minor) and (
+                    stat.S_IMODE(st.st_mode) == art.mode
+                )
+            if stat.S_ISREG(st.st_mode) and real.read_bytes() == _placeholder(art):
+                self.degraded.append(_placeholder_reason(art))
+                return not _can_mknod()
+            return False
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != art.mode:
+            return False
+        if isinstance(art, File):
+            return st.st_size == len(art.content) and real.read_bytes() == art.content
+        return st.st_size == art.source.stat().st_size and _digest(real) == _digest(art.source)
+
+    def _write(self, art: Artifact, real: Path) -> None:
+        tmp = real.with_name(f".{real.name}.mokka-tmp")
+        _unlink(tmp)
+        if isinstance(art, Symlink):
+            os.symlink(art.target, tmp)
+        elif isinstance(art, CharDevice):
+            try:
+                os.mknod(tmp, stat.S_IFCHR | art.mode, os.makedev(art.major, art.minor))
+                os.chmod(tmp, art.mode)
+            except PermissionError:
+                tmp.write_bytes(_placeholder(art))
+                os.chmod(tmp, 0o644)
+                self.degraded.append(_placeholder_reason(art))
+        else:
+            if isinstance(art, File):
+                data_writer = lambda f: f.write(art.content)  # noqa: E731
+            else:
+                def data_writer(f, src=art.source):
+                    with open(src, "rb") as s:
+                        shutil.copyfileobj(s, f, 1 << 20)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, art.mode)
+            with os.fdopen(fd, "wb") as f:
+                data_writer(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, art.mode)
+        # A directory standing where a file should go cannot be renamed over.
+        if real.is_dir() and not real.is_symlink():
+            raise HostPathError(f"{real}: a directory is in the way")
+        os.replace(tmp, real)
+
+    # -- removal -------------------------------------------------------
+
+    def remove_unwanted(self, wanted: set[str]) -> None:
+        # Deepest first, so directories empty out before we look at them.
+        stale = [p for p in self.manifest.entries if p not in wanted]
+        wanted_dirs = {p for p in wanted} | {
+            "/" + "/".join(w.strip("/").split("/")[:i])
+            for w in wanted
+            for i in range(1, w.count("/"))
+        }
+        for norm in sorted(stale, key=lambda p: (-p.count("/"), p)):
+            if norm in wanted_dirs:
+                continue
+            self._remove(norm)
+
+    def _remove(self, norm: str) -> None:
+        kind = self.manifest.entries[norm]
+        try:
+            real = self.host.resolve(norm)
+        except HostPathError:
+            logger.warning("manifest path %s no longer resolves inside the root; forgetting it", norm)
+            self.manifest.note("remove", norm)
+            return
+        if kind == "dir":
+            try:
+                os.rmdir(real)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    # Someone else put files in a directory we created: leave it.
+                    logger.info("leaving %s in place: it holds files Mokka did not create", norm)
+                else:
+                    raise
+            self.manifest.note("remove", norm)
+            self.removed.append(norm)
+            return
+        _unlink(real)
+        backup = self.manifest.backups.get(norm)
+        if backup:
+            self._restore(norm, real, backup)
+        self.manifest.note("remove", norm)
+        self.removed.append(norm)
+
+    def _restore(self, norm: str, real: Path, name: str) -> None:
+        backups = self.host.resolve(STATE_DIR + "/backups/" + self.manifest.owner, follow_last=True)
+        saved = backups / name
+        mode_file = backups / (name + ".mode")
+        if mode_file.exists():
+            shutil.copy2(saved, real, follow_symlinks=False)
+            os.chmod(real, int(mode_file.read_text(), 8))
+            mode_file.unlink()
+        else:
+            meta = json.loads(saved.read_text())
+            if "symlink" in meta:
+                os.symlink(meta["symlink"], real)
+            else:
+                kind = stat.S_IFCHR if meta["char"] else stat.S_IFBLK
+                os.mknod(real, kind | meta["mode"], os.makedev(*meta["device"]))
+        saved.unlink()
+        _rmdir_empty_tree(backups)
+
+
+def _kind(art: Artifact) -> str:
+    return {File: "file", CopyOf: "file", Symlink: "symlink", CharDevice: "device"}[type(art)]
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _placeholder(art: CharDevice) -> bytes:
+    return f"mokka placeholder for character device {art.major}:{art.minor}\n".encode()
+
+
+def _placeholder_reason(art: CharDevice) -> str:
+    return (
+        f"{art.path}: no CAP_MKNOD, wrote a placeholder file instead of char device "
+        f"{art.major}:{art.minor}; consumers cannot open it (run as root to get real nodes)"
+    )
+
+
+_MKNOD_PROBE: bool | None = None
+
+
+def _can_mknod() -> bool:
+    """Whether this process may create device nodes (probed once, in /dev/shm or /tmp)."""
+    global _MKNOD_PROBE
+    if _MKNOD_PROBE is None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            try:
+                os.mknod(os.path.join(d, "probe"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
+                _MKNOD_PROBE = True
+            except PermissionError:
+                _MKNOD_PROBE = False
+    return _MKNOD_PROBE

@@ -1,0 +1,33 @@
+"""Package build hook: compiles the native libraries alongside the Python code.
+
+The mock NVML library and the filesystem shim are shared objects loaded by
+other processes (nvidia-smi, lspci, the NVIDIA stack), not Python extensions,
+so they are built by ``native/build.py`` with the system C compiler and shipped
+as package data in ``mokka/_native``.  An editable install builds them into the
+source tree (``mokka/_native`` is git-ignored) because the editable finder maps
+the package to the source directory.
+"""
+
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+
+
+class BuildPyWithNative(build_py):
+    def run(self):
+        super().run()
+        sys.path.insert(0, str(HERE))
+        from native.build import build_all
+
+        if getattr(self, "editable_mode", False):
+            out = HERE / "mokka" / "_native"
+        else:
+            out = Path(self.build_lib) / "mokka" / "_native"
+        build_all(out)
+
+
+setup(cmdclass={"build_py": BuildPyWithNative})

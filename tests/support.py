@@ -1,0 +1,83 @@
+"""Helpers shared by the tests (not fixtures: plain functions, imported explicitly)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Everything under ``root``: path → (type, mode, content or link target or device).
+
+    Two equal snapshots mean the tree is the same byte for byte (mtimes aside).
+    """
+    result: dict[str, tuple] = {}
+    root = Path(root)
+    if not root.exists():
+        return result
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            st = os.lstat(path)
+            rel = str(path.relative_to(root))
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                result[rel] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                result[rel] = ("dir", mode)
+            elif stat.S_ISREG(st.st_mode):
+                result[rel] = ("file", mode, path.read_bytes())
+            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                result[rel] = ("dev", mode, os.major(st.st_rdev), os.minor(st.st_rdev))
+            else:
+                result[rel] = ("other", mode)
+    return result
+
+
+def require_tool(name: str) -> str:
+    """Path of a real client on PATH, or fail the test saying how to get it.
+
+    Never skips: a missing real client is a broken test environment, and CI
+    must say so rather than pass quietly.  ``./scripts/test`` installs them.
+    """
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"real client {name!r} is not installed; run ./scripts/install-system-deps "
+            "(or ./scripts/test, which does) to install the Debian packages the tests need"
+        )
+    return path
+
+
+_SMI_CACHE = ROOT / ".tools" / "nvidia-smi"
+
+
+def real_nvidia_smi() -> Path:
+    """The real Debian non-free nvidia-smi 535 binary, unpacked (never installed).
+
+    ``scripts/install-system-deps`` downloads the .deb into /var/cache/mokka
+    (or ``MOKKA_SMI_DEB_DIR``); it is unpacked with ``dpkg -x`` into
+    ``.tools/`` once.  The package's libnvidia-ml dependency is never
+    installed: the mock library is the one it must load.
+    """
+    binary = _SMI_CACHE / "usr" / "bin" / "nvidia-smi"
+    if binary.exists():
+        return binary
+    deb_dir = Path(os.environ.get("MOKKA_SMI_DEB_DIR", "/var/cache/mokka"))
+    debs = sorted(deb_dir.glob("nvidia-smi_*.deb"))
+    if not debs:
+        pytest.fail(
+            f"no nvidia-smi .deb in {deb_dir}; run ./scripts/install-system-deps "
+            "(it enables Debian non-free and downloads it)"
+        )
+    _SMI_CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["dpkg", "-x", str(debs[-1]), str(_SMI_CACHE)], check=True)
+    return binary
