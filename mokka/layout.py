@@ -1,0 +1,45 @@
+"""Node paths every simulator agrees on (SURFACES §1), in one place.
+
+All are host-absolute node paths; ``Host.resolve`` maps them under the node
+root.  The layout stays compatible with the earlier mock (consumers are
+configured with these paths: the device plugin's ``--driver-root-ctr-path``,
+GFD's ``--nvidia-driver-root``, the DRA driver's ``nvidiaDriverRoot``).
+"""
+
+from __future__ import annotations
+
+#: Root of everything the simulators stage.
+STATE_ROOT = "/var/lib/nvml-mock"
+#: The driver root consumers are pointed at.
+DRIVER_ROOT = f"{STATE_ROOT}/driver"
+DRIVER_DEV = f"{DRIVER_ROOT}/dev"
+DRIVER_LIB = f"{DRIVER_ROOT}/usr/lib64"
+DRIVER_BIN = f"{DRIVER_ROOT}/usr/bin"
+DRIVER_LOCAL_LIB = f"{DRIVER_ROOT}/usr/local/lib"
+DRIVER_PROC = f"{DRIVER_ROOT}/proc/driver/nvidia"
+#: Engine config directory: the mock NVML library reads ``config.yaml`` here.
+#: It stays a real directory (CDI bind-mounts it whole) so atomic renames
+#: inside it remain visible in containers.
+CONFIG_DIR = f"{DRIVER_ROOT}/config"
+ENGINE_CONFIG = f"{CONFIG_DIR}/config.yaml"
+DRIVER_TOPOLOGY = f"{CONFIG_DIR}/topology.yaml"
+OVERRIDES = f"{CONFIG_DIR}/overrides.yaml"
+#: Fake sysfs (pcibus).
+SYS_ROOT = f"{STATE_ROOT}/sys"
+#: Topology overlay for NRI-injected containers (nvlink).
+TOPOLOGY_OVERLAY = f"{STATE_ROOT}/topology/topology.yaml"
+#: /proc/devices overlay (imex).
+IMEX_PROC_DEVICES = f"{STATE_ROOT}/imex/proc-devices"
+#: Fabric manager readiness marker directory and file.
+FABRIC_STATE_DIR = f"{STATE_ROOT}/fabric-state"
+FABRIC_READY_MARKER = f"{FABRIC_STATE_DIR}/fabricmanager.ready"
+#: Node-local download cache (imex archives).
+CACHE_DIR = f"{STATE_ROOT}/cache"
+#: Where the driver tree is published (gpudriver Apply).
+RUN_DRIVER = "/run/nvidia/driver"
+#: CDI spec directory (cri Apply).
+CDI_DIR = "/var/run/cdi"
+#: NFD local feature directory (pcibus Apply).
+NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+#: The node's kernel log (kernellog).
+KMSG = "/dev/kmsg"

@@ -1,0 +1,1 @@
+"""gpudriver: the driver footprint (device nodes, mock NVML library, nvidia-smi, procfs, engine config)."""
