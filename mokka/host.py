@@ -14,6 +14,9 @@ what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
   can ``discard`` what a killed one left behind,
 * removes what the owner created earlier but the new set no longer lists
   (convergence downward: 8 → 4 GPUs removes ``nvidia4..7``),
+* records a directory another owner created as shared (sibling batches and
+  simulators write into the same parents, concurrently), so whichever owner
+  is discarded last removes it,
 * backs up a pre-existing file it is asked to overwrite and restores it on
   discard, so teardown leaves the node byte for byte as it was found.
 
@@ -486,6 +489,8 @@ class _Work:
     updated: list[str] = attrs.field(factory=list)
     removed: list[str] = attrs.field(factory=list)
     degraded: list[str] = attrs.field(factory=list)
+    #: Directories already looked up in other owners' manifests by this call.
+    _shared_checked: set[str] = attrs.field(factory=set)
 
     def report(self) -> ConvergeReport:
         return ConvergeReport(
@@ -504,17 +509,85 @@ class _Work:
 
     def _ensure_dir(self, norm: str, mode: int, *, explicit: bool) -> None:
         real = self.host.resolve(norm, follow_last=True)
-        if os.path.isdir(real):
-            if explicit and norm in self.manifest.entries and stat.S_IMODE(os.stat(real).st_mode) != mode:
+        if not os.path.isdir(real):
+            # isdir is asked again after lexists: a concurrent converge of
+            # another owner may create the directory between the two checks.
+            if os.path.lexists(real) and not os.path.isdir(real):
+                raise HostPathError(f"{norm}: exists and is not a directory")
+            if not os.path.isdir(real.parent):
+                # Only when ``norm`` is a symlink whose (re-rooted) target's
+                # parent is missing: refuse before noting, so the manifest
+                # never lists a path that is really a symlink.
+                raise HostPathError(
+                    f"{norm}: a symlink to {real.relative_to(self.host.root)} "
+                    "under the node root, whose parent directory does not exist"
+                )
+            if not os.path.isdir(real):
+                self.manifest.note("add", norm, "dir")
+                try:
+                    os.mkdir(real, mode)
+                except FileExistsError:
+                    # Created concurrently by another owner: noted above, so shared.
+                    if not os.path.isdir(real):
+                        raise HostPathError(f"{norm}: exists and is not a directory") from None
+                    return
+                # mkdir honours the umask; the mode we asked for is what we mean
                 os.chmod(real, mode)
-                self.updated.append(norm)
-            return
-        if os.path.lexists(real):
-            raise HostPathError(f"{norm}: exists and is not a directory")
-        self.manifest.note("add", norm, "dir")
-        os.mkdir(real, mode)
-        os.chmod(real, mode)  # mkdir honours the umask; the mode we asked for is what we mean
-        self.created.append(norm)
+                self.created.append(norm)
+                return
+        if norm not in self.manifest.entries and self._listed_by_other_owner(norm):
+            # Another owner created it (a sibling batch, another simulator):
+            # share it, so whichever owner leaves last removes it.  Without
+            # this, discarding the creator first leaves it behind.
+            self.manifest.note("add", norm, "dir")
+        if (
+            explicit
+            and norm in self.manifest.entries
+            and stat.S_IMODE(os.stat(real).st_mode) != mode
+        ):
+            os.chmod(real, mode)
+            self.updated.append(norm)
+
+    def _listed_by_other_owner(self, norm: str) -> bool:
+        """Whether another owner's manifest records ``norm`` as a directory it created.
+
+        Reads each other manifest's journal before its snapshot: a concurrent
+        compaction writes the snapshot before deleting the journal, so an entry
+        noted before we looked is in one or the other.
+        """
+        if norm in self._shared_checked:
+            return False
+        self._shared_checked.add(norm)
+        directory = self.host._manifest_dir()
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return False
+        owners = {n.rsplit(".", 1)[0] for n in names if n.endswith((".json", ".journal"))}
+        owners.discard(self.manifest.owner)
+        for owner in sorted(owners):
+            last: str | None = None
+            try:
+                with open(directory / f"{owner}.journal", encoding="utf-8") as journal:
+                    for line in journal:
+                        try:
+                            record = json.loads(line)
+                        except json.JSONDecodeError:
+                            continue  # a torn line being written right now
+                        if record.get("path") == norm:
+                            last = record.get("op") if record.get("kind", "dir") == "dir" else None
+            except FileNotFoundError:
+                pass
+            if last == "add":
+                return True
+            if last is None:
+                try:
+                    snapshot = json.loads((directory / f"{owner}.json").read_text())
+                except (FileNotFoundError, json.JSONDecodeError):
+                    continue
+                if snapshot.get("entries", {}).get(norm) == "dir":
+                    return True
+        return False
 
     def place(self, art: Artifact, norm: str) -> None:
         if isinstance(art, Directory):
@@ -640,12 +713,18 @@ class _Work:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                     # Someone else put files in a directory we created: leave it.
                     logger.info("leaving %s in place: it holds files Mokka did not create", norm)
+                elif exc.errno == errno.ENOTDIR:
+                    # Replaced by a symlink or file since: not ours any more.
+                    logger.info("leaving %s in place: it is no longer a directory", norm)
                 else:
                     raise
             self.manifest.note("remove", norm)
             self.removed.append(norm)
             return
         _unlink(real)
+        # A process killed between writing the temp file and renaming it
+        # leaves the temp file beside the path (``_write``); it is ours too.
+        _unlink(real.with_name(f".{real.name}.mokka-tmp"))
         backup = self.manifest.backups.get(norm)
         if backup:
             self._restore(norm, real, backup)

@@ -58,6 +58,7 @@ def require_tool(name: str) -> str:
 
 
 _SMI_CACHE = ROOT / ".tools" / "nvidia-smi"
+_SMI_PATHS = ("usr/bin/nvidia-smi", "usr/lib/nvidia/current/nvidia-smi")
 
 
 def real_nvidia_smi() -> Path:
@@ -68,9 +69,12 @@ def real_nvidia_smi() -> Path:
     ``.tools/`` once.  The package's libnvidia-ml dependency is never
     installed: the mock library is the one it must load.
     """
-    binary = _SMI_CACHE / "usr" / "bin" / "nvidia-smi"
-    if binary.exists():
-        return binary
+    # Debian ships the ELF under usr/lib/nvidia/current (usr/bin/nvidia-smi is
+    # an alternatives link set up by maintainer scripts, which dpkg -x skips).
+    candidates = [_SMI_CACHE / rel for rel in _SMI_PATHS]
+    for binary in candidates:
+        if binary.is_file():
+            return binary
     deb_dir = Path(os.environ.get("MOKKA_SMI_DEB_DIR", "/var/cache/mokka"))
     debs = sorted(deb_dir.glob("nvidia-smi_*.deb"))
     if not debs:
@@ -80,4 +84,7 @@ def real_nvidia_smi() -> Path:
         )
     _SMI_CACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run(["dpkg", "-x", str(debs[-1]), str(_SMI_CACHE)], check=True)
-    return binary
+    for binary in candidates:
+        if binary.is_file():
+            return binary
+    pytest.fail(f"{debs[-1]} unpacked into {_SMI_CACHE} but holds no nvidia-smi at {_SMI_PATHS}")

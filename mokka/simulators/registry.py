@@ -19,7 +19,15 @@ import attrs
 from mokka.simulators.base import Simulator
 
 #: Simulator modules, in the order they are listed in logs and health bodies.
-PLUGIN_MODULES: tuple[str, ...] = ()
+PLUGIN_MODULES: tuple[str, ...] = (
+    "mokka.simulators.gpudriver",
+    "mokka.simulators.pcibus",
+    "mokka.simulators.nvlink",
+    "mokka.simulators.cri",
+    "mokka.simulators.imex",
+    "mokka.simulators.fabricmanager",
+    "mokka.simulators.kernellog",
+)
 
 
 @attrs.frozen

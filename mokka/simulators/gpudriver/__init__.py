@@ -1,1 +1,242 @@
-"""gpudriver: the driver footprint (device nodes, mock NVML library, nvidia-smi, procfs, engine config)."""
+"""gpudriver: the driver footprint (device nodes, NVML, nvidia-smi, procfs, engine config).
+
+Stage writes the driver tree under ``/var/lib/nvml-mock/driver`` (SURFACES
+§3) in five independent batches, each converged by its own ``Host`` owner in
+one thread hop, all concurrently:
+
+=====================  =====================================================
+owner                  what it converges
+=====================  =====================================================
+``gpudriver-dev``      ``dev/nvidia<minor>``, ``nvidiactl``, ``nvidia-modeset``,
+                       ``nvidia-uvm``, ``nvidia-uvm-tools``, ``nvidia-caps/*``
+``gpudriver-lib``      ``usr/lib64/libnvidia-ml.so.<driver>`` and its links
+``gpudriver-smi``      ``usr/bin/nvidia-smi`` (real, fallback, or none)
+``gpudriver-proc``     ``proc/driver/nvidia/*``, ``sys/module/nvidia/version``
+``gpudriver-config``   ``config/config.yaml``, the engine config
+=====================  =====================================================
+
+Everything that can fail before a byte is written (the library not built,
+the engine config not renderable) is decided first, in a *plan*, so a
+failing stage leaves the node as the previous successful one left it.
+
+Apply publishes the tree at ``/run/nvidia/driver`` (see ``publish``).
+Discard and revoke remove exactly what the manifests record, so they also
+work from a fresh process after a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import attrs
+import trio
+
+from mokka import layout
+from mokka.errors import NativeArtifactMissing, StageError
+from mokka.host import Artifact, ConvergeReport, Directory, File, Host
+from mokka.simulators.base import Readiness
+from mokka.simulators.gpudriver import publish as publishing
+from mokka.simulators.gpudriver.binaries import (
+    SmiChoice,
+    choose_nvidia_smi,
+    library_artifacts,
+    smi_artifacts,
+)
+from mokka.simulators.gpudriver.devices import device_artifacts
+from mokka.simulators.gpudriver.engine_config import render_engine_config
+from mokka.simulators.gpudriver.procfs import procfs_artifacts
+from mokka.simulators.gpudriver.settings import GpuDriverSettings, add_arguments
+from mokka.simulators.registry import SimulatorPlugin
+from mokka.state.model import State
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["OWNERS", "PLUGIN", "GpuDriverSettings", "GpuDriverSimulator"]
+
+#: Stage owners, one per independent batch (see the module docstring).
+OWNERS = ("gpudriver-dev", "gpudriver-lib", "gpudriver-smi", "gpudriver-proc", "gpudriver-config")
+#: The engine config is rewritten by rename; readable by every consumer.
+CONFIG_MODE = 0o644
+
+
+@attrs.frozen
+class _Plan:
+    """Every batch's artifacts for one state, computed before anything is written."""
+
+    #: owner name → the complete set of artifacts that owner should have
+    batches: dict[str, list[Artifact]]
+    #: which nvidia-smi was chosen, kept for readiness and the stage log line
+    smi: SmiChoice
+
+
+def _plan(state: State, settings: GpuDriverSettings) -> _Plan:
+    """Decide every artifact; raises before any write if something is missing.
+
+    Runs in a worker thread: it stats the native artifacts and the image's
+    nvidia-smi, and renders the engine config (a few hundred KiB for large
+    profiles).  Raises ``NativeArtifactMissing`` when the library is not
+    built and ``SpecError`` when the state cannot be rendered.
+    """
+    smi = choose_nvidia_smi(settings.nvidia_smi_binary)
+    config: list[Artifact] = [
+        # Explicit, so it stays a real directory even if it ends up empty of
+        # our files: CDI bind-mounts it whole and override renames inside it
+        # must stay visible in containers.
+        Directory(layout.CONFIG_DIR),
+        File(layout.ENGINE_CONFIG, render_engine_config(state), CONFIG_MODE),
+    ]
+    return _Plan(
+        batches={
+            "gpudriver-dev": device_artifacts(state, settings),
+            "gpudriver-lib": library_artifacts(state.system.driver_version),
+            "gpudriver-smi": smi_artifacts(smi),
+            "gpudriver-proc": procfs_artifacts(state),
+            "gpudriver-config": config,
+        },
+        smi=smi,
+    )
+
+
+async def _converge_all(
+    host: Host, batches: dict[str, list[Artifact]]
+) -> dict[str, ConvergeReport]:
+    """Converge every batch concurrently, one thread hop each; collect all failures.
+
+    A failing batch does not cancel its siblings (they are threads and would
+    finish anyway); every failure is reported together afterwards.
+    """
+    reports: dict[str, ConvergeReport] = {}
+    failures: list[tuple[str, Exception]] = []
+
+    async def one(owner: str, artifacts: list[Artifact]) -> None:
+        try:
+            reports[owner] = await trio.to_thread.run_sync(host.converge, owner, artifacts)
+        except Exception as exc:
+            failures.append((owner, exc))
+
+    async with trio.open_nursery() as nursery:
+        for owner, artifacts in batches.items():
+            nursery.start_soon(one, owner, artifacts)
+    if failures:
+        detail = "; ".join(f"{owner}: {exc}" for owner, exc in failures)
+        raise StageError(f"gpudriver: {detail}") from failures[0][1]
+    return reports
+
+
+@attrs.define(eq=False)
+class GpuDriverSimulator:
+    """Simulator and Applier for the driver footprint; see the module docstring."""
+
+    settings: GpuDriverSettings = attrs.field(factory=GpuDriverSettings)
+    #: Whether this process may mount, for ``--driver-publish auto``.  Read
+    #: from the effective capability set by default; a parameter so tests can
+    #: decide ``auto`` without privileges.
+    can_mount: bool = attrs.field(factory=publishing.has_cap_sys_admin)
+    name: str = attrs.field(default="gpudriver", init=False)
+    # Outcome of the last stage / apply, read by ``readiness``.  Plain fields
+    # set by the (single) reconcile task: ``readiness`` only reads them, so
+    # ``/readyz`` never waits for a pass.
+    _stage_error: str | None = attrs.field(default=None, init=False)
+    _staged: bool = attrs.field(default=False, init=False)
+    _degraded: tuple[str, ...] = attrs.field(default=(), init=False)
+    _smi: SmiChoice | None = attrs.field(default=None, init=False)
+    _published: str | None = attrs.field(default=None, init=False)
+    _apply_error: str | None = attrs.field(default=None, init=False)
+    _summary: str = attrs.field(default="", init=False)
+
+    # ---- Simulator -----------------------------------------------------
+
+    async def stage(self, host: Host, state: State) -> None:
+        """Converge the driver tree onto ``state`` (all batches in parallel)."""
+        try:
+            plan = await trio.to_thread.run_sync(_plan, state, self.settings)
+        except NativeArtifactMissing as exc:
+            self._stage_error = f"mock NVML library not built: {exc}"
+            raise
+        except Exception as exc:
+            self._stage_error = f"stage failed: {exc}"
+            raise
+        try:
+            reports = await _converge_all(host, plan.batches)
+        except Exception as exc:
+            self._stage_error = f"stage failed: {exc}"
+            raise
+        self._stage_error = None
+        self._staged = True
+        self._smi = plan.smi
+        self._degraded = tuple(d for r in reports.values() for d in r.degraded)
+        self._summary = f"driver {state.system.driver_version}, {len(state.gpus)} GPU(s)"
+        changed = {owner: r for owner, r in reports.items() if r.changed}
+        # Every pass stages; only a pass that changed the node is worth INFO.
+        logger.log(
+            logging.INFO if changed else logging.DEBUG,
+            "gpudriver staged generation %d: %s; %s; changed batches: %s",
+            state.generation,
+            self._summary,
+            plan.smi.detail,
+            ", ".join(
+                f"{o} (+{len(r.created)} ~{len(r.updated)} -{len(r.removed)})"
+                for o, r in changed.items()
+            )
+            or "none",
+        )
+
+    async def discard(self, host: Host) -> None:
+        """Remove everything stage wrote (any process's), restoring what it replaced."""
+        await _converge_all(host, {owner: [] for owner in OWNERS})
+        self._staged = False
+        self._degraded = ()
+        self._smi = None
+        logger.info("gpudriver discarded the driver tree")
+
+    @property
+    def readiness(self) -> Readiness:
+        """Ready once staged and published, with nothing degraded; else the first reason why not."""
+        if self._stage_error is not None:
+            return Readiness.not_ready(self._stage_error)
+        if not self._staged:
+            return Readiness.not_ready("driver tree not staged")
+        if self._degraded:
+            return Readiness.not_ready("; ".join(self._degraded))
+        if self._smi is not None and self._smi.source is None:
+            return Readiness.not_ready(self._smi.detail)
+        if self._published is None:
+            return Readiness.not_ready(
+                self._apply_error or f"driver tree not published at {layout.RUN_DRIVER}"
+            )
+        smi = self._smi.kind if self._smi else "no"
+        return Readiness.ok(f"{self._summary}, {smi} nvidia-smi, {self._published}")
+
+    # ---- Applier -------------------------------------------------------
+
+    def publish_mode(self, host: Host) -> str:
+        """``bind`` or ``symlink``: the setting, with ``auto`` decided for this host."""
+        return publishing.resolve_mode(self.settings.publish, host.root, self.can_mount)
+
+    async def apply(self, host: Host, state: State) -> None:
+        """Publish the driver tree at ``/run/nvidia/driver``."""
+        mode = self.publish_mode(host)
+        self._published = None
+        try:
+            self._published = await trio.to_thread.run_sync(publishing.publish, host, mode)
+        except Exception as exc:
+            self._apply_error = f"publishing {layout.RUN_DRIVER} failed: {exc}"
+            raise
+        self._apply_error = None
+        logger.debug("gpudriver published generation %d: %s", state.generation, self._published)
+
+    async def revoke(self, host: Host) -> None:
+        """Withdraw the publication (unmount or remove the symlink)."""
+        self._published = None
+        self._apply_error = None
+        await trio.to_thread.run_sync(publishing.withdraw, host)
+        logger.info("gpudriver withdrew %s", layout.RUN_DRIVER)
+
+
+def _build(args: argparse.Namespace) -> GpuDriverSimulator:
+    """The registry's factory: one simulator per daemon, from its flags."""
+    return GpuDriverSimulator(settings=GpuDriverSettings.from_args(args))
+
+
+PLUGIN = SimulatorPlugin(name="gpudriver", add_arguments=add_arguments, build=_build)

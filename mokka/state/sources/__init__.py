@@ -1,0 +1,43 @@
+"""State sources and the factory the daemon uses to pick one.
+
+``make_source(settings, host)`` takes the daemon's ``Settings`` and anything
+with a ``resolve(node_path) -> Path`` method (the daemon passes its
+``Host``).  The host is typed structurally on purpose: the state layer sits
+below ``mokka.host`` and must not import it; all the factory needs is where
+the node path of the overrides file lands under the root.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from mokka.layout import OVERRIDES
+from mokka.state.sources.base import SourceUpdate, StateSource
+from mokka.state.sources.controlplane import ControlPlaneSource
+from mokka.state.sources.file import FileSource
+
+__all__ = ["ControlPlaneSource", "FileSource", "SourceUpdate", "StateSource", "make_source"]
+
+
+class PathResolver(Protocol):
+    def resolve(self, path: str) -> Path: ...
+
+
+def make_source(settings: Any, host: PathResolver) -> StateSource:
+    """The source ``settings.source`` names, configured from the settings.
+
+    ``settings.overrides`` of ``None`` means the node's own overrides file
+    (``mokka.layout.OVERRIDES`` under the root), where ``mokka ctl`` writes.
+    """
+    if settings.source == "control-plane":
+        return ControlPlaneSource()
+    overrides = settings.overrides if settings.overrides is not None else host.resolve(OVERRIDES)
+    return FileSource(
+        profile=settings.profile,
+        node_name=settings.node_name,
+        topology=settings.topology,
+        overrides=Path(overrides),
+        feature_gates=dict(settings.feature_gates),
+        resync_interval=settings.resync_interval,
+    )

@@ -1,0 +1,190 @@
+{{/*
+Names, labels and the node agent's command line.
+*/}}
+
+{{- define "mokka.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name prefix of every object: the release name, plus the chart name unless
+the release name already contains it.  Truncated to 63 characters (label and
+DNS name limits).
+*/}}
+{{- define "mokka.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mokka.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the agent pods: never change them between releases. */}}
+{{- define "mokka.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mokka.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: node-agent
+{{- end }}
+
+{{- define "mokka.labels" -}}
+helm.sh/chart: {{ include "mokka.chart" . }}
+{{ include "mokka.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "mokka.imageTag" . | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mokka
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "mokka.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mokka.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "mokka.imageTag" -}}
+{{- default .Chart.AppVersion .Values.nodeAgent.image.tag }}
+{{- end }}
+
+{{- define "mokka.image" -}}
+{{- printf "%s:%s" .Values.nodeAgent.image.repository (include "mokka.imageTag" .) }}
+{{- end }}
+
+{{/*
+A tri-state mode (on/off/auto) as the flag value.  A values file that says
+`mode: on` without quotes hands the chart a YAML 1.1 boolean, so booleans are
+accepted and mean on/off.
+*/}}
+{{- define "mokka.mode" -}}
+{{- if kindIs "bool" . }}
+{{- ternary "on" "off" . }}
+{{- else }}
+{{- . }}
+{{- end }}
+{{- end }}
+
+{{/* A boolean as the flag value on/off. */}}
+{{- define "mokka.onOff" -}}
+{{- ternary "on" "off" (eq (toString .) "true") }}
+{{- end }}
+
+{{/* True (non-empty) when the runtime setup restarts containerd through the host's systemd. */}}
+{{- define "mokka.hostSystemd" -}}
+{{- if and .Values.nodeAgent.containerRuntime.enabled (eq .Values.nodeAgent.containerRuntime.restartMode "systemd") }}true{{ end }}
+{{- end }}
+
+{{/* True (non-empty) when an IMEX archive image is delivered by the init container. */}}
+{{- define "mokka.imexImage" -}}
+{{- with .Values.nodeAgent.imex.binaries.image }}
+{{- if .repository }}
+{{- printf "%s:%s" .repository (default "latest" .tag) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* True (non-empty) when /etc/mokka is mounted (a custom profile or the topology document). */}}
+{{- define "mokka.configVolume" -}}
+{{- if or .Values.nodeAgent.customProfile .Values.topology.enabled }}true{{ end }}
+{{- end }}
+
+{{/* Where the init container leaves the IMEX archive inside the agent container. */}}
+{{- define "mokka.imexArchiveDir" -}}
+/var/lib/mokka-imex-archive
+{{- end }}
+
+{{/*
+The node agent's flags, one list item each, in the order `mokka-node-agent
+--help` lists them.  Every flag name here is part of the agent's fixed command
+line contract (tests parse these with the agent's own argument parser).
+*/}}
+{{- define "mokka.args" -}}
+{{- $a := .Values.nodeAgent -}}
+- "--root=/host"
+{{- if $a.customProfile }}
+- "--profile=/etc/mokka/config.yaml"
+{{- else }}
+- {{ printf "--profile=%s" $a.profile | quote }}
+{{- end }}
+{{- if .Values.topology.enabled }}
+- "--topology=/etc/mokka/topology.yaml"
+{{- end }}
+- "--node-name=$(NODE_NAME)"
+- "--health-addr=0.0.0.0:9091"
+- {{ printf "--resync-interval=%v" $a.resyncInterval | quote }}
+- {{ printf "--shutdown-timeout=%v" $a.shutdownTimeout | quote }}
+- {{ printf "--log-format=%s" $a.logFormat | quote }}
+- {{ printf "--log-level=%s" $a.logLevel | quote }}
+{{- with $a.featureGates }}
+{{- $gates := list }}
+{{- range $name, $on := . }}
+{{- $gates = append $gates (printf "%s=%t" $name $on) }}
+{{- end }}
+- {{ printf "--feature-gates=%s" (join "," $gates) | quote }}
+{{- end }}
+- {{ printf "--imex=%s" (include "mokka.mode" $a.imex.mode) | quote }}
+{{- if include "mokka.imexImage" . }}
+- {{ printf "--imex-archive-dir=%s" (include "mokka.imexArchiveDir" .) | quote }}
+{{- end }}
+{{- with $a.imex.archive.url }}
+- {{ printf "--imex-archive-url=%s" . | quote }}
+{{- end }}
+{{- with $a.imex.archive.sha256 }}
+- {{ printf "--imex-archive-sha256=%s" . | quote }}
+{{- end }}
+- {{ printf "--fabric-manager=%s" (include "mokka.mode" $a.fabricManager.mode) | quote }}
+- {{ printf "--fabric-manager-init-delay=%v" $a.fabricManager.initDelay | quote }}
+- {{ printf "--kmsg-style=%s" $a.kernelLog.style | quote }}
+- {{ printf "--driver-publish=%s" $a.driverPublish | quote }}
+- {{ printf "--nfd-features-dir=%s" $a.nfdFeaturesDir | quote }}
+- {{ printf "--container-runtime=%s" (include "mokka.onOff" $a.containerRuntime.enabled) | quote }}
+{{- if $a.containerRuntime.enabled }}
+- {{ printf "--containerd-config-dir=%s" $a.containerRuntime.containerd.configDir | quote }}
+- {{ printf "--restart-mode=%s" $a.containerRuntime.restartMode | quote }}
+{{- end }}
+- {{ printf "--nri=%s" (include "mokka.onOff" $a.nri.enabled) | quote }}
+{{- if $a.nri.enabled }}
+- {{ printf "--nri-socket=%s" $a.nri.socketPath | quote }}
+{{- end }}
+{{- range $a.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Refuse values that would break nodes, with a message saying what to change.
+*/}}
+{{- define "mokka.validate" -}}
+{{- $rt := .Values.nodeAgent.containerRuntime }}
+{{- if eq .Values.updateStrategy.type "RollingUpdate" }}
+{{- $surge := toString (dig "rollingUpdate" "maxSurge" 0 .Values.updateStrategy | default 0) }}
+{{- if and $rt.enabled (not (has $surge (list "0" "0%" ""))) }}
+{{- fail (printf "updateStrategy.rollingUpdate.maxSurge=%s cannot be used while nodeAgent.containerRuntime.enabled=true: during a surge the old and the new agent pod run on the same node, and the old pod's teardown reverts the containerd setup (it deletes the containerd drop-in and restarts containerd) that the new pod has just made. Keep maxSurge at 0 and raise updateStrategy.rollingUpdate.maxUnavailable to go faster, or set nodeAgent.containerRuntime.enabled=false." $surge) }}
+{{- end }}
+{{- end }}
+{{- if and (include "mokka.imexImage" .) (not .Values.nodeAgent.imex.archive.sha256) }}
+{{- fail "nodeAgent.imex.binaries.image is set but nodeAgent.imex.archive.sha256 is empty: the agent installs an IMEX archive only when its SHA-256 is pinned. Set nodeAgent.imex.archive.sha256 to the archive's 64-hex-digit SHA-256." }}
+{{- end }}
+{{- with .Values.nodeAgent.customProfile }}
+{{- if kindIs "string" . }}
+{{- $doc := fromYaml . }}
+{{- if hasKey $doc "Error" }}
+{{- fail (printf "nodeAgent.customProfile: expected a profile as a YAML mapping (version, system, device_defaults, devices, ...), but it does not parse as one: %s" (get $doc "Error")) }}
+{{- end }}
+{{- if not $doc }}
+{{- fail "nodeAgent.customProfile: expected a profile as a YAML mapping (version, system, device_defaults, devices, ...), but the document is empty" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,359 @@
+"""``mokka ctl``: change the mock GPUs of a running node.
+
+Every verb edits the node's overrides file (``mokka.state.overrides``):
+under the exclusive lock, read, change, validate the whole result, write a
+temp file and rename it in place.  The node agent notices the rename
+(inotify) and the mock library sees the new values on its next call; a
+rejected change leaves the file untouched.
+
+Targets (``--gpu``): an index (``0``), ``all``, or a GPU UUID.  A UUID is
+checked against the engine config beside the overrides file
+(``config.yaml``, which lists every GPU's index and per-node UUID) when that
+file is there and readable; otherwise any well-formed ``GPU-`` UUID is
+accepted as a key and matches nothing until a GPU with that UUID exists.
+
+The file is found from the node root (``--root``, env ``MOKKA_ROOT``, the
+same default as the daemon) or named directly (``--file``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mokka import layout
+from mokka.errors import MokkaError, SpecError
+from mokka.host import Host
+from mokka.settings import LOCAL_ROOT
+from mokka.state import checks
+from mokka.state.override_schema import FABRIC_HEALTH, THROTTLE_REASONS, known_paths
+from mokka.state.overrides import load_overrides, update_overrides
+from mokka.state.profile import FAILURE_MODES
+
+Edit = Callable[[dict[str, Any]], None]
+GPU_HELP = "GPU index, 'all', or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+
+
+class CtlError(MokkaError):
+    """A bad command line value (exit 2, like argparse's own errors)."""
+
+
+# ---- arguments -------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "ctl", help="change the mock GPUs at runtime (failures, Xids, metrics)",
+        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_verbs(parser)
+    parser.set_defaults(func=run)
+
+
+def add_verbs(parser: argparse.ArgumentParser) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    where = common.add_mutually_exclusive_group()
+    where.add_argument("--root", metavar="DIR", help=(
+        "node root (env MOKKA_ROOT; default ./mokka-node); the file is "
+        f"<root>{layout.OVERRIDES}"))
+    where.add_argument("--file", metavar="PATH", help="the overrides file itself")
+    target = argparse.ArgumentParser(add_help=False, parents=[common])
+    target.add_argument("--gpu", required=True, metavar="T", help=GPU_HELP)
+    optional_target = argparse.ArgumentParser(add_help=False, parents=[common])
+    optional_target.add_argument("--gpu", metavar="T", help=GPU_HELP + " (default: every target)")
+
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    v = verbs.add_parser("fail", parents=[target], help="inject a failure mode")
+    v.add_argument("--mode", required=True, choices=FAILURE_MODES)
+    v.add_argument("--after-calls", type=int, metavar="N", help="fail after N guarded NVML calls")
+    v.add_argument("--probability", type=float, metavar="P", help="fail each call with P (0..1)")
+    v.add_argument("--seed", type=int, metavar="S", help="seed of the probability draw")
+    v.add_argument("--xid", type=int, metavar="CODE", help="also raise this Xid")
+    v = verbs.add_parser("xid", parents=[target], help="raise an Xid (kernel log + NVML event)")
+    v.add_argument("--code", type=int, required=True, metavar="N")
+    v = verbs.add_parser("temp", parents=[target], help="pin the GPU temperature")
+    v.add_argument("--celsius", type=int, required=True, metavar="N")
+    v = verbs.add_parser("power", parents=[target], help="pin the power draw")
+    v.add_argument("--watts", type=float, required=True, metavar="N")
+    v = verbs.add_parser("util", parents=[target], help="pin utilization")
+    v.add_argument("--gpu-pct", type=int, required=True, metavar="N")
+    v.add_argument("--mem-pct", type=int, metavar="N")
+    v = verbs.add_parser("clocks", parents=[target], help="pin current clocks")
+    v.add_argument("--graphics", type=int, required=True, metavar="MHZ")
+    v.add_argument("--memory", type=int, metavar="MHZ")
+    v = verbs.add_parser("throttle", parents=[target], help="set the active clocks event reasons")
+    v.add_argument("--reasons", required=True, metavar="a,b",
+                   help=f"comma-separated, or 'none'; known: {', '.join(THROTTLE_REASONS)}")
+    v = verbs.add_parser("pstate", parents=[target], help="set the performance state")
+    v.add_argument("--state", required=True, metavar="P0..P15")
+    v = verbs.add_parser("nvlink-error", parents=[target], help="add errors on an NVLink")
+    v.add_argument("--link", type=int, required=True, metavar="N")
+    v.add_argument("--count", type=int, default=1, metavar="N")
+    v = verbs.add_parser("fabric-health", parents=[target], help="set the NVLink fabric health")
+    v.add_argument("--state", required=True, metavar="|".join(FABRIC_HEALTH))
+    v = verbs.add_parser("set", parents=[optional_target], help="set any overridable field",
+                         epilog="fields: " + ", ".join(known_paths()))
+    v.add_argument("assignments", nargs="+", metavar="key.path=value")
+    v = verbs.add_parser("status", parents=[optional_target], help="show the overrides in force")
+    v.add_argument("--json", action="store_true", help="print the document as JSON")
+    verbs.add_parser("reset", parents=[optional_target], help="remove overrides (of one target)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``mokka ctl`` as a standalone entry point (tests, scripts)."""
+    parser = argparse.ArgumentParser(prog="mokka ctl", description=__doc__.split("\n\n")[1])
+    add_verbs(parser)
+    return run(parser.parse_args(argv))
+
+
+# ---- running ---------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        path = overrides_path(args)
+        if args.verb == "status":
+            return status(path, args)
+        target = None if args.gpu is None else parse_target(args.gpu, path)
+        if args.verb == "reset":
+            update_overrides(path, lambda doc: reset(doc, target))
+        else:
+            edit = build_edit(args)
+            update_overrides(path, lambda doc: apply(doc, target or "all", edit))
+    except (CtlError, SpecError) as exc:
+        problems = exc.problems if isinstance(exc, SpecError) else (str(exc),)
+        for problem in problems:
+            print(f"mokka ctl: error: {problem}", file=sys.stderr)
+        return 2
+    except MokkaError as exc:
+        print(f"mokka ctl: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def overrides_path(args: argparse.Namespace) -> Path:
+    if args.file:
+        return Path(args.file)
+    root = args.root or os.environ.get("MOKKA_ROOT") or str(LOCAL_ROOT)
+    return Host(Path(root)).resolve(layout.OVERRIDES)
+
+
+def parse_target(text: str, path: Path) -> str:
+    """``all``, an index, or a UUID; checked against the engine config when it is readable."""
+    text = text.strip()
+    known = _engine_gpus(path.with_name("config.yaml"))
+    if text == "all":
+        return "all"
+    if text.isdigit():
+        if known is not None and int(text) not in known.values():
+            raise CtlError(f"--gpu: no GPU with index {text} on this node "
+                           f"(indices: {', '.join(map(str, sorted(known.values())))})")
+        return str(int(text))
+    if checks.GPU_UUID_RE.match(text):
+        uuid = "GPU-" + text[4:].lower()
+        if known is not None and uuid not in known:
+            raise CtlError(f"--gpu: no GPU with UUID {text} on this node")
+        return uuid
+    raise CtlError(f"--gpu: {text!r} is not a GPU index, 'all' or a GPU UUID "
+                   "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
+
+
+def _engine_gpus(config: Path) -> dict[str, int] | None:
+    """UUID → index from the engine config, or ``None`` when it cannot tell."""
+    try:
+        doc = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    entries = None
+    if isinstance(doc, dict):
+        entries = doc.get("devices", doc.get("gpus"))
+    if not isinstance(entries, list):
+        return None
+    found: dict[str, int] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            return None
+        uuid, index = entry.get("uuid"), entry.get("index")
+        if not isinstance(uuid, str) or not isinstance(index, int):
+            return None
+        found[uuid.lower().replace("gpu-", "GPU-", 1)] = index
+    return found or None
+
+
+def apply(doc: dict[str, Any], target: str, edit: Edit) -> None:
+    section = doc.setdefault("all", {}) if target == "all" else (
+        doc.setdefault("devices", {}).setdefault(target, {}))
+    edit(section)
+
+
+def reset(doc: dict[str, Any], target: str | None) -> dict[str, Any] | None:
+    if target is None:
+        return {"version": 1}
+    if target == "all":
+        doc.pop("all", None)
+    else:
+        doc.get("devices", {}).pop(target, None)
+    return None
+
+
+def put(section: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        child = section.get(key)
+        if not isinstance(child, dict):
+            child = section[key] = {}
+        section = child
+    section[leaf] = value
+
+
+def new_xid(code: int) -> dict[str, Any]:
+    # a random id: each injection is a new Xid, also after a reset of the file
+    return {"code": code, "id": secrets.token_hex(8)}
+
+
+def build_edit(args: argparse.Namespace) -> Edit:
+    """The change a verb makes to its target's section (validation happens on the whole file)."""
+    verb = args.verb
+    if verb == "fail":
+        failure: dict[str, Any] = {"mode": args.mode}
+        for key in ("after_calls", "probability", "seed"):
+            if getattr(args, key) is not None:
+                failure[key] = getattr(args, key)
+        if args.xid is not None:
+            failure["xid"] = new_xid(args.xid)
+        return lambda s: s.__setitem__("failure", failure)
+    if verb == "xid":
+        return lambda s: s.setdefault("xids", []).append(new_xid(args.code))
+    if verb == "temp":
+        return lambda s: put(s, "thermal.temperature_gpu_c", args.celsius)
+    if verb == "power":
+        return lambda s: put(s, "power.current_draw_mw", round(args.watts * 1000))
+    if verb == "util":
+        def util(s: dict[str, Any]) -> None:
+            put(s, "utilization.gpu", args.gpu_pct)
+            if args.mem_pct is not None:
+                put(s, "utilization.memory", args.mem_pct)
+        return util
+    if verb == "clocks":
+        def clocks(s: dict[str, Any]) -> None:
+            put(s, "clocks.graphics_current", args.graphics)
+            put(s, "clocks.sm_current", args.graphics)
+            if args.memory is not None:
+                put(s, "clocks.memory_current", args.memory)
+        return clocks
+    if verb == "throttle":
+        active = _reasons(args.reasons)
+        return lambda s: s.__setitem__(
+            "clocks_throttle_reasons", {r: r in active for r in THROTTLE_REASONS})
+    if verb == "pstate":
+        state = args.state.upper()
+        def pstate(s: dict[str, Any]) -> None:
+            put(s, "performance_state", state)
+            put(s, "power.power_state", state)
+        return pstate
+    if verb == "nvlink-error":
+        if args.count < 1:
+            raise CtlError(f"--count: {args.count}, expected a number of errors >= 1")
+        def nvlink(s: dict[str, Any]) -> None:
+            links = s.setdefault("nvlink_errors", {})
+            key = str(args.link)
+            links[key] = int(links.get(key, 0)) + args.count
+        return nvlink
+    if verb == "fabric-health":
+        health = fabric_health(args.state)
+        return lambda s: put(s, "fabric.health", health)
+    if verb == "set":
+        pairs = [_assignment(text) for text in args.assignments]
+        def assign(s: dict[str, Any]) -> None:
+            for key, value in pairs:
+                put(s, key, value)
+        return assign
+    raise CtlError(f"unknown verb {verb!r}")
+
+
+def _reasons(text: str) -> set[str]:
+    names = {r.strip().lower().replace("-", "_") for r in text.split(",") if r.strip()}
+    if names == {"none"}:
+        return set()
+    unknown = sorted(names - set(THROTTLE_REASONS))
+    if unknown or not names:
+        raise CtlError(f"--reasons: {', '.join(unknown) or repr(text)} unknown, expected "
+                       f"'none' or some of: {', '.join(THROTTLE_REASONS)}")
+    return names
+
+
+def fabric_health(state: str) -> dict[str, Any]:
+    """The ``fabric.health`` block a ``fabric-health --state`` writes."""
+    name = state.strip().lower().replace("-", "_")
+    if name not in FABRIC_HEALTH:
+        raise CtlError(f"--state: {state!r}, expected one of: {', '.join(FABRIC_HEALTH)}")
+    flags = ("route_recovery_in_progress", "route_unhealthy", "access_timeout_recovery",
+             "incorrect_configuration")
+    block: dict[str, Any] = {
+        "summary": "healthy" if name == "healthy" else "unhealthy",
+        "bandwidth": "degraded" if name == "degraded_bandwidth" else "full",
+    }
+    chosen = {"route_recovery": "route_recovery_in_progress"}.get(name, name)
+    block.update({flag: flag == chosen for flag in flags})
+    return block
+
+
+def _assignment(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise CtlError(f"{text!r} is not key.path=value (e.g. thermal.temperature_gpu_c=80)")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+# ---- status ----------------------------------------------------------------
+
+
+def status(path: Path, args: argparse.Namespace) -> int:
+    overrides = load_overrides(path)
+    doc = overrides.to_mapping() if overrides is not None else {"version": 1}
+    if args.gpu is not None:
+        target = parse_target(args.gpu, path)
+        section = doc.get("all") if target == "all" else doc.get("devices", {}).get(target)
+        doc = {"version": 1, **({} if not section else (
+            {"all": section} if target == "all" else {"devices": {target: section}}))}
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    rows = [("all", k, v) for k, v in _flatten(doc.get("all", {}))]
+    for target, section in doc.get("devices", {}).items():
+        rows += [(target, k, v) for k, v in _flatten(section)]
+    if not rows:
+        print(f"no overrides in {path}")
+        return 0
+    rows.insert(0, ("TARGET", "FIELD", "VALUE"))
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for target, key, value in rows:
+        print(f"{target:<{widths[0]}}  {key:<{widths[1]}}  {value}")
+    return 0
+
+
+def _flatten(section: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for key, value in section.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            rows.extend(_flatten(value, path))
+        elif isinstance(value, list):
+            rows.append((path, json.dumps(value, separators=(",", ":"))))
+        else:
+            rows.append((path, json.dumps(value) if isinstance(value, bool) or value is None
+                         else str(value)))
+    return rows

@@ -1,0 +1,175 @@
+"""The ``daemon`` and ``cleanup`` subcommands.
+
+``mokka daemon`` (also plain ``mokka`` and ``mokka-node-agent``) parses the
+daemon's settings plus every simulator plugin's flags, builds the
+simulators, and runs either
+
+* the daemon (``DaemonRunner``): resets the runtime overrides file (a pod
+  start resets runtime state), reconciles until SIGTERM/SIGINT, tears down,
+  exits 0 (1 if something failed); or
+* ``--once``: one pass (stage, apply; daemons skipped), a summary on stdout,
+  exit 0/1, files left in place (``mokka cleanup`` removes them).
+
+``mokka cleanup --root DIR`` is the manual recovery after a killed daemon:
+every owner's manifest is discarded, restoring what was overwritten.
+
+Invalid flags print one line and exit 2, like argparse's own errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import trio
+import trio_util
+
+from mokka import layout
+from mokka.daemon.reconciler import Reconciler
+from mokka.daemon.runner import DaemonRunner
+from mokka.errors import MokkaError, SpecError
+from mokka.host import Host
+from mokka.logs import setup_logging
+from mokka.settings import LOCAL_ROOT, Settings
+from mokka.simulators.base import Simulator
+from mokka.simulators.registry import load_plugins
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    daemon = subparsers.add_parser(
+        "daemon",
+        help="run the node daemon (the default command)",
+        description="Converge this node onto the desired state and keep it there; "
+        "SIGTERM/Ctrl-C tears everything down again.",
+    )
+    Settings.add_arguments(daemon)
+    for plugin in load_plugins():
+        plugin.add_arguments(daemon)
+    daemon.set_defaults(func=run_daemon_command)
+
+    cleanup = subparsers.add_parser(
+        "cleanup",
+        help="remove everything a (killed) daemon left under a node root",
+        description="Discard every simulator's recorded artifacts under the node root and "
+        "restore the files they replaced; the manual recovery after a killed pod.",
+    )
+    cleanup.add_argument("--root", metavar="DIR", help=(
+        "node root (env MOKKA_ROOT; default ./mokka-node)"))
+    cleanup.set_defaults(func=run_cleanup_command)
+
+
+def _usage_error(command: str, message: str) -> int:
+    print(f"mokka {command}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def build_simulators(args: argparse.Namespace) -> list[Simulator]:
+    return [plugin.build(args) for plugin in load_plugins()]
+
+
+def run_daemon_command(args: argparse.Namespace) -> int:
+    try:
+        settings = Settings.from_args(args)
+        simulators = build_simulators(args)
+    except SpecError as exc:
+        return _usage_error("daemon", str(exc))
+    setup_logging(level=settings.log_level, fmt=settings.log_format)
+    root = settings.root.absolute()
+    created_root = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _usage_error("daemon", f"--root: cannot create {root}: {exc.strerror}")
+    host = Host(root)
+    try:
+        if settings.once:
+            return trio.run(run_once, settings, host, simulators)
+        return trio.run(run_daemon, settings, host, simulators)
+    except MokkaError as exc:
+        logger.error("%s", exc)
+        return EXIT_FAILED
+    finally:
+        if created_root and not settings.once:
+            # ``mokka`` with no flags made ./mokka-node; leave the directory as found.
+            try:
+                root.rmdir()
+            except OSError:
+                pass  # not empty: something is left there on purpose or by a failure
+
+
+def _source(settings: Settings, host: Host):
+    # Imported here: the state package's file source pulls in inotify
+    # machinery that ``mokka cleanup`` and ``--help`` never need.
+    from mokka.state.sources import make_source
+
+    return make_source(settings, host)
+
+
+def overrides_path(settings: Settings, host: Host) -> Path:
+    """The overrides file the daemon reads: ``--overrides`` or the node path under the root."""
+    if settings.overrides is not None:
+        return settings.overrides
+    return host.resolve(layout.OVERRIDES, follow_last=True)
+
+
+async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
+    from mokka.state.overrides import reset_file
+
+    # A pod (re)start resets runtime state: injected failures do not survive it.
+    reset_file(overrides_path(settings, host))
+    logger.info(
+        "daemon starting: profile %s, node %s, root %s", settings.profile, settings.node_name,
+        host.root, extra={"health_addr": "%s:%d" % settings.health_addr},
+    )
+    runner = DaemonRunner(
+        host=host,
+        simulators=simulators,
+        source=_source(settings, host),
+        health_addr=settings.health_addr,
+        shutdown_timeout=settings.shutdown_timeout,
+    )
+    code = EXIT_FAILED
+    try:
+        code = await runner.run()
+    except* OSError as group:
+        # Raised only before anything was staged: the probes could not listen.
+        logger.error("cannot serve probes on %s:%d: %s", *settings.health_addr,
+                     "; ".join(str(e) for e in group.exceptions))
+    return code
+
+
+async def run_once(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
+    """One pass over the first state the source produces; prints a summary."""
+    updates = trio_util.AsyncValue(None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_source(settings, host).run, updates)
+        update = updates.value
+        nursery.cancel_scope.cancel(reason="--once has its state")
+    if update is None or update.state is None:
+        error = getattr(update, "error", None) or "the state source produced no state"
+        print(f"no state to reconcile: {error}")
+        return EXIT_FAILED
+    reconciler = Reconciler(host, simulators, supervisor=None)
+    result = await reconciler.reconcile_once(update.state)
+    print(result.summary())
+    print(f"node root: {host.root} (remove with: mokka cleanup --root {host.root})")
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def run_cleanup_command(args: argparse.Namespace) -> int:
+    root_text = args.root or os.environ.get("MOKKA_ROOT") or str(LOCAL_ROOT)
+    root = Path(root_text).absolute()
+    if not root.is_dir():
+        return _usage_error("cleanup", f"--root: {root} is not a directory")
+    report = Host(root).discard_all()
+    for path in report.removed:
+        print(f"removed {path}")
+    print(f"{len(report.removed)} path(s) removed under {root}")
+    return EXIT_OK

@@ -1,0 +1,314 @@
+"""The reconcile loop and its three waves (ARCHITECTURE §3).
+
+One pass over a ``State``:
+
+1. **Stage wave**: a nursery of its own; every simulator's ``stage`` runs in
+   its own task, which catches ``Exception`` (never ``BaseException``:
+   cancellation must pass) and records it, so one pass reports *every*
+   failing simulator, not the first.
+2. **Barrier**: plain sequencing.  If any stage failed the pass ends here: no
+   daemon starts, nothing is applied, the node is never half-visible.
+3. **Supervise**: daemons start exactly once, on the first pass that passes
+   the barrier, through the supervisor (whose nursery owns them); later
+   passes deliver the state with ``reload``.
+4. **Apply wave**: a nursery of its own over the appliers; the first failure
+   cancels the others (appliers depend on each other: publishing the rest
+   past a failure would be incoherent).
+
+The loop is level-triggered: it waits for *something changed* and then reads
+the newest ``SourceUpdate`` whole, so a burst of updates coalesces into one
+pass over the last of them.  A failed pass is retried with capped
+exponential backoff without waiting for new input (a new input cuts the
+wait short); a ``SpecError`` is terminal until the input changes; an
+unchanged state (same ``content_hash``) after a pass causes no new pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+import trio_util
+
+from mokka.daemon.backoff import Backoff
+from mokka.daemon.status import DurationSummary, PassResult, ReconcilerStatus, SimulatorOutcome
+from mokka.daemon.supervisor import Supervisor
+from mokka.errors import MokkaError, SpecError
+from mokka.host import Host
+from mokka.simulators.base import Applier, Daemon, Simulator
+
+if TYPE_CHECKING:
+    from mokka.state.model import State
+    from mokka.state.sources.base import SourceUpdate
+
+logger = logging.getLogger(__name__)
+
+#: Marks "no update consumed yet" / "the retry deadline passed" in the loop.
+_NOTHING = object()
+
+
+@attrs.define(eq=False)
+class Reconciler:
+    """Runs passes over the newest state; publishes a frozen ``ReconcilerStatus``."""
+
+    host: Host
+    simulators: Sequence[Simulator] = attrs.field(converter=tuple)
+    #: ``None`` skips the Supervise wave (``--once``: nothing outlives the run).
+    supervisor: Supervisor | None = None
+    #: Retry schedule of a failed pass: 1, 2, 4, ... seconds, at most 60 s.
+    backoff: Backoff = Backoff()
+
+    # Private, mutable bookkeeping; ``status`` is the published snapshot.
+    _phase: str = attrs.field(default="waiting", init=False)
+    _passes_by_outcome: Counter[str] = attrs.field(factory=Counter, init=False)
+    _last_pass: PassResult | None = attrs.field(default=None, init=False)
+    _last_success: PassResult | None = attrs.field(default=None, init=False)
+    _last_success_at: float | None = attrs.field(default=None, init=False)
+    _pass_duration: DurationSummary = attrs.field(factory=DurationSummary, init=False)
+    _wave_durations: dict[tuple[str, str], DurationSummary] = attrs.field(factory=dict, init=False)
+    _failures: Counter[tuple[str, str]] = attrs.field(factory=Counter, init=False)
+    _seen_generation: int | None = attrs.field(default=None, init=False)
+    _source_error: str | None = attrs.field(default=None, init=False)
+    _source_error_wall: float | None = attrs.field(default=None, init=False)
+    _source_errors_total: int = attrs.field(default=0, init=False)
+    _status: ReconcilerStatus = attrs.field(factory=ReconcilerStatus, init=False)
+    #: Count of finished passes; tests and ``--once`` wait on it.
+    passes: trio_util.AsyncValue[int] = attrs.field(factory=lambda: trio_util.AsyncValue(0), init=False)
+
+    def __attrs_post_init__(self) -> None:
+        names = [sim.name for sim in self.simulators]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"simulator names must be unique, repeated: {', '.join(duplicates)}")
+
+    @property
+    def status(self) -> ReconcilerStatus:
+        return self._status
+
+    # ---- the loop -----------------------------------------------------
+
+    async def run(
+        self,
+        updates: trio_util.AsyncValue[SourceUpdate | None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Reconcile the newest state in ``updates`` until cancelled."""
+        task_status.started()
+        seen: object = _NOTHING
+        last_hash: str | None = None  # the state the last pass ran over
+        attempt = 0  # consecutive failed passes over ``last_hash``
+        retry_at = math.inf
+        while True:
+            got: object = _NOTHING
+            with trio.move_on_at(retry_at):
+                got = await updates.wait_value(lambda u: u is not seen)
+            due = got is _NOTHING  # the retry deadline passed with no new update
+            if not due:
+                seen = got
+                self._note_update(got)  # type: ignore[arg-type]
+            update = updates.value if due else got
+            state = getattr(update, "state", None)
+            if state is None:
+                self._set_phase("waiting")
+                continue
+            if not due and state.content_hash == last_hash:
+                # Same input: converged, terminal, or its retry is already scheduled.
+                continue
+            if state.content_hash != last_hash:
+                attempt = 0
+            attempt += 1
+            result = await self.reconcile_once(state, attempt=attempt)
+            last_hash = state.content_hash
+            if result.ok:
+                attempt, retry_at = 0, math.inf
+                self._set_phase("idle")
+            elif result.retry_delay is None:
+                retry_at = math.inf
+                self._set_phase("terminal")
+            else:
+                retry_at = trio.current_time() + result.retry_delay
+                self._set_phase("backoff")
+
+    # ---- one pass -----------------------------------------------------
+
+    async def reconcile_once(self, state: State, *, attempt: int = 1) -> PassResult:
+        """Stage → barrier → supervise → apply over ``state``; never raises for a simulator.
+
+        ``attempt`` (1-based count of consecutive tries of this state) sets
+        the retry delay a failed, non-terminal result carries.
+        """
+        self._set_phase("reconciling")
+        started = trio.current_time()
+        stage = await self._stage_wave(state)
+        supervise: tuple[SimulatorOutcome, ...] = ()
+        apply: tuple[SimulatorOutcome, ...] = ()
+        if not any(o.failed for o in stage):
+            supervise = await self._supervise_wave(state)
+            if not any(o.failed for o in supervise):
+                apply = await self._apply_wave(state)
+        result = PassResult(
+            generation=state.generation,
+            content_hash=state.content_hash,
+            started_at=started,
+            duration=trio.current_time() - started,
+            wall=time.time(),
+            stage=stage,
+            supervise=supervise,
+            apply=apply,
+        )
+        if not result.ok and not result.terminal:
+            result = attrs.evolve(result, retry_delay=self.backoff.delay(attempt))
+        self._record(result)
+        return result
+
+    async def _stage_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
+        outcomes: dict[str, SimulatorOutcome] = {}
+        async with trio.open_nursery() as nursery:
+            for sim in self.simulators:
+                nursery.start_soon(self._call, "stage", sim, sim.stage, (self.host, state), outcomes)
+        return tuple(outcomes[sim.name] for sim in self.simulators)
+
+    async def _supervise_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
+        if self.supervisor is None:
+            return ()
+        daemons = [sim for sim in self.simulators if isinstance(sim, Daemon)]
+        outcomes: dict[str, SimulatorOutcome] = {}
+        supervisor = self.supervisor
+        async with trio.open_nursery() as nursery:
+            for sim in daemons:
+                call = supervisor.reload if supervisor.is_started(sim.name) else supervisor.start
+                nursery.start_soon(self._call, "supervise", sim, call, (sim, state), outcomes)
+        return tuple(outcomes[sim.name] for sim in daemons)
+
+    async def _apply_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
+        appliers = [sim for sim in self.simulators if isinstance(sim, Applier)]
+        outcomes: dict[str, SimulatorOutcome] = {}
+        try:
+            async with trio.open_nursery() as nursery:
+                for sim in appliers:
+                    applier: Applier = sim  # type: ignore[assignment]
+                    nursery.start_soon(
+                        self._call, "apply", sim, applier.apply, (self.host, state), outcomes, True
+                    )
+        except* Exception:
+            # Fail fast did its job; every failure is already in ``outcomes``.
+            pass
+        return tuple(outcomes[sim.name] for sim in appliers if sim.name in outcomes)
+
+    async def _call(
+        self,
+        wave: str,
+        sim: Simulator,
+        fn: Callable[..., Awaitable[object]],
+        args: tuple,
+        outcomes: dict[str, SimulatorOutcome],
+        reraise: bool = False,
+    ) -> None:
+        """Run one simulator's part of a wave and record how it went."""
+        began = trio.current_time()
+
+        def outcome(**kw: object) -> SimulatorOutcome:
+            return SimulatorOutcome(
+                name=sim.name, wave=wave, started_at=began,
+                duration=trio.current_time() - began, wall=time.time(), **kw,  # type: ignore[arg-type]
+            )
+
+        try:
+            await fn(*args)
+        except trio.Cancelled:
+            # A sibling applier failed first (or the daemon is stopping).
+            outcomes[sim.name] = outcome(ok=False, cancelled=True, error="cancelled")
+            raise
+        except Exception as exc:
+            exc.add_note(f"in the {wave} wave of simulator {sim.name!r}")
+            error = f"{type(exc).__name__}: {exc}"
+            outcomes[sim.name] = outcome(ok=False, error=error, terminal=isinstance(exc, SpecError))
+            extra = {"simulator": sim.name, "wave": wave}
+            if isinstance(exc, MokkaError):
+                # Expected kinds of failure: one line is enough.
+                logger.warning("%s of %s failed: %s", wave, sim.name, error, extra=extra)
+            else:
+                logger.exception("%s of %s failed unexpectedly", wave, sim.name, extra=extra)
+            if reraise:
+                raise
+        else:
+            outcomes[sim.name] = outcome(ok=True)
+
+    # ---- bookkeeping --------------------------------------------------
+
+    def _note_update(self, update: SourceUpdate | None) -> None:
+        if update is None:
+            return
+        if update.state is not None:
+            self._seen_generation = update.state.generation
+        if update.error is not None:
+            self._source_errors_total += 1
+            self._source_error = str(update.error)
+            self._source_error_wall = time.time()
+            logger.warning(
+                "state source error (the last good state stays in force): %s", update.error,
+                extra={"generation": self._seen_generation},
+            )
+        else:
+            self._source_error = None
+            self._source_error_wall = None
+        self._publish()
+
+    def _set_phase(self, phase: str) -> None:
+        if phase != self._phase:
+            self._phase = phase
+            self._publish()
+
+    def _record(self, result: PassResult) -> None:
+        self._last_pass = result
+        self._passes_by_outcome[result.outcome] += 1
+        self._pass_duration = self._pass_duration.add(result.duration)
+        for o in result.outcomes:
+            key = (o.name, o.wave)
+            self._wave_durations[key] = self._wave_durations.get(key, DurationSummary()).add(o.duration)
+            if o.failed:
+                self._failures[key] += 1
+        if result.ok:
+            self._last_success = result
+            self._last_success_at = result.started_at + result.duration
+        self._publish()
+        self.passes.value += 1
+        # The canonical line: one per pass, everything a reader needs to triage.
+        logger.info(
+            "reconcile pass %s", result.outcome,
+            extra={
+                "generation": result.generation,
+                "duration_s": round(result.duration, 6),
+                "staged": sum(o.ok for o in result.stage),
+                "stage_failed": sum(o.failed for o in result.stage),
+                "supervised": sum(o.ok for o in result.supervise),
+                "supervise_failed": sum(o.failed for o in result.supervise),
+                "applied": sum(o.ok for o in result.apply),
+                "apply_failed": sum(o.failed for o in result.apply),
+                "retry_in_s": result.retry_delay,
+            },
+        )
+
+    def _publish(self) -> None:
+        self._status = ReconcilerStatus(
+            phase=self._phase,
+            passes_total=sum(self._passes_by_outcome.values()),
+            passes_by_outcome=self._passes_by_outcome,
+            last_pass=self._last_pass,
+            last_success=self._last_success,
+            last_success_at=self._last_success_at,
+            pass_duration=self._pass_duration,
+            wave_durations=self._wave_durations,
+            failures_total=self._failures,
+            seen_generation=self._seen_generation,
+            source_error=self._source_error,
+            source_error_wall=self._source_error_wall,
+            source_errors_total=self._source_errors_total,
+        )

@@ -1,0 +1,143 @@
+"""The daemon's nursery tree; its nesting is its shutdown order (ARCHITECTURE §5).
+
+```
+signal receiver (open for the whole run: a second signal during teardown is ignored)
+outer nursery
+├── health server (hypercorn, quart-trio app)          ← stops last
+└── inner nursery (cancel scope: SIGTERM/SIGINT cancel it, with a reason)
+    ├── signal watcher
+    ├── supervisor (its nursery owns the daemons)
+    ├── reconcile loop (a nursery per wave, per pass)
+    └── state source → newest SourceUpdate into an AsyncValue
+    finally, shielded and bounded: teardown (revoke, discard)
+```
+
+The inner nursery ends on a signal (normal exit, code 0) or because one of
+its tasks raised (the error is logged, code 1).  Either way its tasks,
+daemons included, are gone when teardown starts, and teardown runs while
+the probes still answer (``/readyz`` reports the stopped daemons); only
+then does the health server get its shutdown trigger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+import trio_util
+
+from mokka.daemon.health import DaemonView, create_app, serve_health
+from mokka.daemon.reconciler import Reconciler
+from mokka.daemon.supervisor import Supervisor
+from mokka.daemon.teardown import TeardownReport, teardown
+from mokka.host import Host
+from mokka.simulators.base import Simulator
+
+if TYPE_CHECKING:
+    from mokka.state.sources.base import SourceUpdate, StateSource
+
+logger = logging.getLogger(__name__)
+
+#: Signals that tear the node down: the kubelet's SIGTERM and a user's Ctrl-C.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@attrs.define(eq=False)
+class DaemonRunner:
+    """One daemon run: build with the parts, ``await run()``, get an exit code."""
+
+    host: Host
+    simulators: Sequence[Simulator] = attrs.field(converter=tuple)
+    source: StateSource
+    #: ``(host, port)`` of the probes; port 0 picks a free one (reported by ``run``).
+    health_addr: tuple[str, int] = ("127.0.0.1", 9091)
+    #: Seconds teardown may take (``--shutdown-timeout``).
+    shutdown_timeout: float = 25.0
+    #: Install SIGTERM/SIGINT handlers (the process does; embedding code may not).
+    handle_signals: bool = True
+    supervisor: Supervisor = attrs.field(init=False)
+    reconciler: Reconciler = attrs.field(init=False)
+    #: What teardown reported, once it ran.
+    teardown_report: TeardownReport | None = attrs.field(default=None, init=False)
+    _inner: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _stop_reason: str | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.supervisor = Supervisor(self.host)
+        self.reconciler = Reconciler(self.host, self.simulators, supervisor=self.supervisor)
+
+    @property
+    def view(self) -> DaemonView:
+        return DaemonView(self.reconciler, self.simulators, self.supervisor)
+
+    def stop(self, reason: str) -> None:
+        """Begin an orderly shutdown (what SIGTERM does)."""
+        self._stop_reason = self._stop_reason or reason
+        if self._inner is not None:
+            self._inner.cancel(reason=reason)
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> int:
+        """Run until stopped; ``started(health_port)`` once the source delivered its first read.
+
+        Returns 0 after a signal (or ``stop``) and a clean teardown, 1 when
+        something failed (a task of the inner nursery, or a teardown step).
+        """
+        updates: trio_util.AsyncValue[SourceUpdate | None] = trio_util.AsyncValue(None)
+        shutdown = trio.Event()
+        failed = False
+        logger.info(
+            "node root %s; simulators: %s", self.host.root,
+            ", ".join(s.name for s in self.simulators) or "(none)",
+            extra={"root": str(self.host.root)},
+        )
+        with self._signals() as signals:
+            async with trio.open_nursery() as outer:
+                port = await outer.start(partial(
+                    serve_health, create_app(self.view), self.health_addr,
+                    shutdown_trigger=shutdown.wait,
+                ))
+                try:
+                    try:
+                        async with trio.open_nursery() as inner:
+                            self._inner = inner.cancel_scope
+                            if self._stop_reason is not None:
+                                inner.cancel_scope.cancel(reason=self._stop_reason)
+                            if signals is not None:
+                                inner.start_soon(self._watch_signals, signals)
+                            await inner.start(self.supervisor.run)
+                            await inner.start(self.reconciler.run, updates)
+                            await inner.start(self.source.run, updates)
+                            task_status.started(port)
+                    except* Exception as group:
+                        failed = True
+                        logger.error("the daemon failed; tearing down", exc_info=group)
+                finally:
+                    self._inner = None
+                    self.teardown_report = await teardown(
+                        self.host, self.simulators,
+                        timeout=self.shutdown_timeout, supervisor=self.supervisor,
+                    )
+                    shutdown.set()
+        code = 1 if failed or not self.teardown_report.clean else 0
+        logger.info("daemon exiting", extra={"exit_code": code, "reason": self._stop_reason})
+        return code
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[trio.abc.ReceiveChannel | None]:
+        if not self.handle_signals:
+            yield None
+            return
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            yield signals
+
+    async def _watch_signals(self, signals) -> None:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            logger.info("received %s; tearing down", name, extra={"signal": name})
+            self.stop(f"received {name}")

@@ -1,0 +1,41 @@
+"""``mokka fabricmanager-ctl -q``: is the (simulated) NVLink fabric ready?
+
+The counterpart of ``nv-fabricmanager-ctl``'s status query for scripts and
+probes: prints ``READY`` and exits 0 when the fabric manager stand-in has
+written its readiness marker under the node root, else prints ``NOT READY``
+and exits 1.  It only looks at the marker, so it answers the same whether
+the daemon runs in this process's pod or elsewhere on the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from mokka.host import Host
+from mokka.settings import LOCAL_ROOT
+from mokka.simulators.fabricmanager import marker_present
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fabricmanager-ctl",
+        help="query the fabric manager stand-in (READY / NOT READY)",
+        description="Query the fabric manager stand-in's readiness: prints READY and exits 0, "
+        "or prints NOT READY and exits 1.",
+    )
+    parser.add_argument("-q", "--query", action="store_true", required=True, help=(
+        "print the fabric manager's state"))
+    parser.add_argument("--root", metavar="DIR", help=(
+        "node root the daemon writes under (env MOKKA_ROOT; default ./mokka-node)"))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.root or os.environ.get("MOKKA_ROOT") or LOCAL_ROOT)
+    if marker_present(Host(root)):
+        print("READY")
+        return 0
+    print("NOT READY")
+    return 1

@@ -1,0 +1,69 @@
+"""A TOML writer for the subset containerd configs use (the stdlib only reads TOML).
+
+Tables nest as ``[a."b.c".d]`` headers, in the order the mapping holds them;
+values are strings, booleans, integers, floats, dates and arrays of those
+(arrays of mappings become inline tables).  ``tomllib.loads(dumps(doc)) ==
+doc`` for every document of that shape; anything else raises ``TypeError``
+rather than writing something containerd would read differently.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def dumps(doc: Mapping[str, Any]) -> str:
+    """The document as TOML text, ending with a newline."""
+    lines: list[str] = []
+    _table(lines, [], doc)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _table(lines: list[str], path: list[str], table: Mapping[str, Any]) -> None:
+    scalars = [(k, v) for k, v in table.items() if not isinstance(v, Mapping)]
+    tables = [(k, v) for k, v in table.items() if isinstance(v, Mapping)]
+    # A header is needed for the table's own keys, and for an empty table
+    # (which would otherwise vanish); a table holding only sub-tables is
+    # implied by their headers.
+    if path and (scalars or not tables):
+        lines.append("")
+        lines.append("[" + ".".join(_key(p) for p in path) + "]")
+    for key, value in scalars:
+        lines.append(f"{_key(key)} = {_value(value)}")
+    for key, value in tables:
+        _table(lines, [*path, key], value)
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    # bool before int: True is an int in Python.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        # JSON's escapes (\" \\ \n \t \uXXXX ...) are all valid in TOML basic strings.
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} {value!r} as TOML")

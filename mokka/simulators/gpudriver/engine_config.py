@@ -1,0 +1,341 @@
+"""Render the engine config: the one file the mock NVML library reads.
+
+The daemon compiles profile, topology document and overrides into a
+``State``; this module turns that ``State`` into the text the C library parses
+(``docs/engine-config.md`` is the format's reference).  The format is a flat
+subset of YAML, one ``dotted.key: value`` a line, chosen so that:
+
+* the C side needs no third-party parser: it splits each line at the first
+  ``": "``, unquotes a double-quoted string, and looks keys up in a sorted
+  table (unknown keys are ignored, so the writer may add keys freely);
+* humans and Python still read it as YAML (``yaml.safe_load`` gives a flat
+  mapping), which keeps it debuggable with ordinary tools.
+
+Everything the library needs is resolved here, not in C: canonical NVML bus
+ids, per-link NVLink remotes, NUMA node and CPU list, the fabric identity with
+this node's clique folded in, failure injection and the pending Xids.  The
+function is pure: the gpudriver simulator stages its output atomically at
+``mokka.layout.ENGINE_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from mokka import layout
+from mokka.errors import SpecError
+from mokka.state.model import Gpu, State
+
+logger = logging.getLogger(__name__)
+
+#: Version of the format; the C library refuses any other value.
+FORMAT_VERSION = 1
+
+#: Length limits the C parser enforces (it rejects longer keys and values), so
+#: the writer refuses them first with a message naming the field.
+MAX_KEY_LENGTH = 200
+MAX_VALUE_LENGTH = 4096
+
+#: The C library's device table size (``MOCK_MAX_DEVICES`` in ``native/nvml/mock.h``).
+MAX_DEVICES = 64
+
+#: One key segment of a flattened profile field.  Anything else (spaces,
+#: colons, quotes) cannot appear in a plain YAML key, so such fields are left
+#: out with a warning instead of corrupting the file.
+_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
+
+#: Characters a string value may not contain: the format is one line per key.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+#: Profile architecture names the library maps to ``NVML_DEVICE_ARCH_*``.
+ARCHITECTURES = (
+    "kepler",
+    "maxwell",
+    "pascal",
+    "volta",
+    "turing",
+    "ampere",
+    "ada",
+    "hopper",
+    "blackwell",
+)
+
+#: Fabric probe states the library understands (``auto`` follows the marker).
+FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "auto")
+
+#: Failure modes the library implements.
+FAILURE_MODES = ("healthy", "lost", "fallen_off_bus", "ecc_uncorrectable")
+
+
+def fabric_marker_relative_path() -> str:
+    """The readiness marker's path relative to the engine config's directory.
+
+    Relative, so the same file works on the host (``/var/lib/nvml-mock/...``),
+    under a test root, and in a container that mirrors the layout.
+    """
+    return os.path.relpath(layout.FABRIC_READY_MARKER, os.path.dirname(layout.ENGINE_CONFIG))
+
+
+def render_engine_config(state: State) -> str:
+    """The engine config text for ``state`` (deterministic for equal states).
+
+    Raises ``SpecError`` when a value cannot be represented (a newline in a
+    string, an over-long value, too many GPUs), naming the device and field.
+    """
+    if len(state.gpus) > MAX_DEVICES:
+        raise SpecError(
+            f"engine config: gpus: got {len(state.gpus)} devices, expected at most {MAX_DEVICES}"
+        )
+    entries: list[tuple[str, Any]] = []
+    entries.append(("format", FORMAT_VERSION))
+    entries.append(("generation", state.generation))
+    entries.append(("node_name", state.node_name))
+    entries.append(("profile", state.profile_name))
+    entries.extend(_system_entries(state))
+    entries.append(("paths.fabric_ready_marker", fabric_marker_relative_path()))
+    entries.extend(_nvlink_entries(state))
+    entries.extend(_xid_entries(state))
+    entries.append(("device_count", len(state.gpus)))
+    for position, gpu in enumerate(state.gpus):
+        entries.extend(_device_entries(state, position, gpu))
+
+    lines = [
+        "# Engine config of the mock NVML library (format described in docs/engine-config.md).",
+        "# Written by the mokka node daemon; edits are overwritten on the next pass.",
+    ]
+    lines.extend(_format_line(key, value) for key, value in entries)
+    return "\n".join(lines) + "\n"
+
+
+def _system_entries(state: State) -> Iterator[tuple[str, Any]]:
+    system = state.system
+    yield "system.driver_version", system.driver_version
+    yield "system.nvml_version", system.nvml_version
+    yield "system.cuda_driver_version", system.cuda_driver_version
+
+
+def _nvlink_entries(state: State) -> Iterator[tuple[str, Any]]:
+    nvlink = state.nvlink
+    if nvlink is None:
+        yield "nvlink.links_per_gpu", 0
+        return
+    yield "nvlink.version", nvlink.version
+    yield "nvlink.links_per_gpu", nvlink.links_per_gpu
+    yield "nvlink.bandwidth_per_link_mbps", nvlink.bandwidth_per_link_mbps
+    yield "nvlink.c2c_enabled", nvlink.c2c_enabled
+    yield "nvlink.switch_count", len(nvlink.switches)
+    for i, switch in enumerate(nvlink.switches):
+        yield f"nvlink.switch.{i}.bus_id", nvml_bus_id(switch.bdf)
+        yield f"nvlink.switch.{i}.uuid", switch.uuid
+
+
+def _xid_entries(state: State) -> Iterator[tuple[str, Any]]:
+    # Positions, not profile indices: the library addresses devices by their
+    # place in this file, and a Xid for a GPU that is not staged is dropped.
+    position_of = {gpu.index: position for position, gpu in enumerate(state.gpus)}
+    xids = [x for x in state.xids if x.gpu_index in position_of]
+    yield "xid_count", len(xids)
+    for i, xid in enumerate(xids):
+        yield f"xid.{i}.id", xid.id
+        yield f"xid.{i}.gpu", position_of[xid.gpu_index]
+        yield f"xid.{i}.code", xid.code
+
+
+def _device_entries(state: State, position: int, gpu: Gpu) -> list[tuple[str, Any]]:
+    prefix = f"device.{position}"
+    typed = dict(_typed_device_fields(state, gpu))
+    # Generic profile fields first, then the typed ones on top: the typed
+    # values are already resolved (NVML spellings, folded clique, overrides)
+    # and must win over the raw profile field of the same name.
+    merged: dict[str, Any] = dict(_flatten(gpu.fields, where=f"gpu {gpu.index}"))
+    merged.update(typed)
+    return [(f"{prefix}.{key}", value) for key, value in merged.items()]
+
+
+def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
+    yield "index", gpu.index
+    yield "minor", gpu.minor
+    yield "uuid", gpu.uuid
+    yield "serial", gpu.serial
+    yield "name", gpu.name
+    yield "brand", gpu.brand.lower()
+    architecture = gpu.architecture.lower()
+    if architecture not in ARCHITECTURES:
+        logger.warning(
+            "engine config: gpu %d: architecture %r is unknown to NVML; reporting it as unknown",
+            gpu.index,
+            gpu.architecture,
+        )
+    yield "architecture", architecture
+    # NVIDIA's board id on these systems is the PCI bus number shifted by 8
+    # (H100 capture: bus 0x53 → board id 0x5300).
+    yield "board_id", gpu.bus << 8
+    if gpu.module_id is not None:
+        yield "module_id", gpu.module_id
+
+    domain, bus, devfn = gpu.bus_id.split(":", 2)
+    slot, function = devfn.split(".", 1)
+    yield "pci.bus_id", gpu.nvml_bus_id
+    yield "pci.bus_id_legacy", f"{int(domain, 16):04X}:{bus.upper()}:{slot.upper()}.{function}"
+    yield "pci.domain", int(domain, 16)
+    yield "pci.bus", int(bus, 16)
+    yield "pci.slot", int(slot, 16)
+    yield "pci.function", int(function, 16)
+    yield "pci.vendor_id", gpu.pci_vendor_id
+    yield "pci.device_id", gpu.pci_device_id
+    yield "pci.subsystem_vendor_id", gpu.pci_subsystem_vendor_id
+    yield "pci.subsystem_device_id", gpu.pci_subsystem_device_id
+
+    yield "root_complex", gpu.root_complex
+    yield "numa_node", gpu.numa_node
+    for root in state.pcie_roots:
+        if root.id == gpu.root_complex and root.cpulist:
+            yield "cpu_affinity", root.cpulist
+
+    yield "addressing_mode", _addressing_mode(state, gpu)
+
+    if gpu.fabric is not None:
+        if gpu.fabric.state not in FABRIC_STATES:
+            raise SpecError(
+                f"engine config: gpu {gpu.index}: fabric.state: got {gpu.fabric.state!r}, "
+                f"expected one of {', '.join(FABRIC_STATES)}"
+            )
+        yield "fabric.state", gpu.fabric.state
+        yield "fabric.cluster_uuid", gpu.fabric.cluster_uuid
+        yield "fabric.clique_id", gpu.fabric.clique_id
+
+    failure = gpu.failure
+    if failure.mode not in FAILURE_MODES:
+        raise SpecError(
+            f"engine config: gpu {gpu.index}: failure.mode: got {failure.mode!r}, "
+            f"expected one of {', '.join(FAILURE_MODES)}"
+        )
+    yield "failure.mode", failure.mode
+    if failure.after_calls is not None:
+        yield "failure.after_calls", failure.after_calls
+    if failure.probability is not None:
+        yield "failure.probability", failure.probability
+    if failure.seed is not None:
+        yield "failure.seed", failure.seed
+
+    yield from _link_entries(state, gpu)
+
+
+def _addressing_mode(state: State, gpu: Gpu) -> str:
+    """``none`` | ``hmm`` | ``ats``: the profile's value, else what the hardware reports.
+
+    Real nodes: Grace-attached GPUs (C2C) report ATS, x86 hosts HMM.
+    """
+    value = gpu.fields.get("addressing_mode")
+    if isinstance(value, str) and value.lower() in ("none", "hmm", "ats"):
+        return value.lower()
+    if state.nvlink is not None and state.nvlink.c2c_enabled:
+        return "ats"
+    return "hmm"
+
+
+def _link_entries(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
+    nvlink = state.nvlink
+    links = nvlink.links_per_gpu if nvlink is not None else 0
+    yield "nvlink.link_count", links
+    if nvlink is None or links <= 0:
+        return
+    switches = nvlink.switches
+    peers = [other for other in state.gpus if other.index != gpu.index]
+    for link in range(links):
+        key = f"nvlink.link.{link}"
+        if switches:
+            # Links fan out round-robin over the NVSwitches (HGX baseboards).
+            yield f"{key}.remote_type", "switch"
+            yield f"{key}.remote_bus_id", nvml_bus_id(switches[link % len(switches)].bdf)
+        elif nvlink.c2c_enabled or not peers:
+            # NVL72 trays and single-GPU nodes: the far end is a switch tray
+            # outside this node, so there is no PCI function to report.
+            yield f"{key}.remote_type", "switch"
+        else:
+            # No switches declared: a direct GPU mesh, links spread over the peers.
+            yield f"{key}.remote_type", "gpu"
+            yield f"{key}.remote_bus_id", peers[link % len(peers)].nvml_bus_id
+
+
+def nvml_bus_id(bdf: str) -> str:
+    """Any ``[dddd:]bb:dd.f`` spelling → NVML's ``DDDDDDDD:BB:DD.F``."""
+    parts = bdf.split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    domain, bus, devfn = parts
+    return f"{int(domain, 16):08X}:{bus.upper()}:{devfn.upper()}"
+
+
+def _flatten(value: Any, *, where: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Nested dicts/lists → ``(dotted key, scalar)``; lists get ``.count`` and ``.<i>``."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            segment = str(key)
+            if not _SEGMENT.match(segment):
+                logger.warning(
+                    "engine config: %s: field %r left out: key segment %r is not [A-Za-z0-9_-]+",
+                    where,
+                    prefix + segment,
+                    segment,
+                )
+                continue
+            yield from _flatten(item, where=where, prefix=f"{prefix}{segment}.")
+    elif isinstance(value, list | tuple):
+        yield f"{prefix}count", len(value)
+        for i, item in enumerate(value):
+            yield from _flatten(item, where=where, prefix=f"{prefix}{i}.")
+    elif value is None:
+        return
+    else:
+        yield prefix.rstrip("."), value
+
+
+def _format_line(key: str, value: Any) -> str:
+    if len(key) > MAX_KEY_LENGTH:
+        raise SpecError(
+            f"engine config: {key[:60]}...: key is {len(key)} characters, "
+            f"expected at most {MAX_KEY_LENGTH}"
+        )
+    return f"{key}: {_format_value(key, value)}"
+
+
+def _format_value(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SpecError(f"engine config: {key}: got {value!r}, expected a finite number")
+        text = repr(value)
+        # PyYAML (YAML 1.1) reads ``1e-05`` as a string: keep a dot in the mantissa.
+        if "e" in text and "." not in text.split("e")[0]:
+            mantissa, exponent = text.split("e")
+            text = f"{mantissa}.0e{exponent}"
+        if "e" in text and text.split("e")[1][0] not in "+-":
+            mantissa, exponent = text.split("e")
+            text = f"{mantissa}e+{exponent}"
+        return text
+    if isinstance(value, str):
+        if _CONTROL.search(value):
+            raise SpecError(
+                f"engine config: {key}: got {value!r}, expected a string without "
+                "newlines or control characters"
+            )
+        if len(value.encode()) > MAX_VALUE_LENGTH:
+            raise SpecError(
+                f"engine config: {key}: value is {len(value.encode())} bytes, "
+                f"expected at most {MAX_VALUE_LENGTH}"
+            )
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    raise SpecError(
+        f"engine config: {key}: got a {type(value).__name__}, "
+        "expected a string, number or boolean"
+    )

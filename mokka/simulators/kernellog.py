@@ -1,0 +1,327 @@
+"""kernellog: announces injected Xids on the node's kernel log, exactly once each.
+
+Node-problem-detector, gpud and NVSentinel learn about GPU faults by reading
+the kernel log, so an injected Xid (``State.xids``, from the profile's
+failure blocks and the runtime overrides) is written to ``/dev/kmsg`` under
+the node root the way the driver prints it (record formats in ``kmsg``).
+
+Exactly once, also across restarts: the ids already announced (and the GPUs
+whose ``GPU at PCI:…`` line was printed) are persisted after every batch of
+writes, through ``Host.converge`` (owner ``kernellog``), in
+``/var/lib/nvml-mock/kernellog/announced.json``; a new process reads it
+before writing anything.  A crash between a write and its persistence
+repeats that batch rather than losing it: a duplicate Xid is harmless to
+consumers, a missing one is not.  ``discard`` removes the file, so a
+teardown (which also resets the overrides) starts the next pod afresh.
+
+The ``Daemon.run`` loop waits for new states from ``reload`` (a
+``trio_util.AsyncValue``; states coalesce, and each one lists every Xid in
+force, so the newest is enough).  Writes respect the kernel's per-file rate
+limit (``kmsg.WindowLimiter``): records over the burst wait for the next
+window instead of being silently dropped by the kernel.
+
+``/dev/kmsg`` is opened ``O_WRONLY | O_APPEND`` and never created: on a real
+host it is the kernel's device; a root without it (a laptop run) makes the
+simulator not ready, with the reason, and it retries periodically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+import math
+import os
+
+import attrs
+import trio
+import trio_util
+
+from mokka import layout
+from mokka.errors import SpecError
+from mokka.host import File, Host
+from mokka.simulators import kmsg
+from mokka.simulators.base import Readiness
+from mokka.simulators.registry import SimulatorPlugin
+from mokka.state.model import State, Xid
+
+logger = logging.getLogger(__name__)
+
+OWNER = "kernellog"
+#: Ids already announced, persisted across restarts (see the module docstring).
+ANNOUNCED = f"{layout.STATE_ROOT}/kernellog/announced.json"
+
+
+@attrs.frozen(kw_only=True)
+class KernelLogSettings:
+    """Knobs of the kernel log announcer."""
+
+    #: ``journald`` doubles the ``NVRM:`` prefix so journald keeps one in
+    #: MESSAGE; ``raw`` writes it once, exactly as the driver does.
+    style: str = "journald"
+    #: Records per rate-limit window and the window's length in seconds: the
+    #: kernel's ``/dev/kmsg`` defaults (10 per 5 s); over it records are dropped.
+    burst: int = 10
+    interval: float = 5.0
+    #: Seconds between attempts to open a missing or unwritable ``/dev/kmsg``.
+    #: 10 s: the file appears rarely (a test creating it), checks are cheap.
+    retry_interval: float = 10.0
+
+    def __attrs_post_init__(self) -> None:
+        problems = []
+        if self.style not in kmsg.STYLES:
+            problems.append(f"--kmsg-style: {self.style!r}, expected one of {', '.join(kmsg.STYLES)}")
+        if self.burst < 1:
+            problems.append(f"kmsg burst: {self.burst}, expected at least 1 record")
+        for what, value in (("kmsg interval", self.interval), ("kmsg retry", self.retry_interval)):
+            if not (math.isfinite(value) and value > 0):
+                problems.append(f"{what}: {value!r}, expected seconds > 0")
+        if problems:
+            raise SpecError(problems)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> KernelLogSettings:
+        return cls(style=args.kmsg_style)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("kernellog", "injected Xids on the node's kernel log")
+    group.add_argument("--kmsg-style", choices=kmsg.STYLES, default=KernelLogSettings().style, help=(
+        "journald doubles the NVRM: prefix so journald readers see it in MESSAGE; raw writes "
+        "it once, as the driver does (default: %(default)s)"))
+
+
+@attrs.frozen
+class _Announced:
+    """What has been written already: Xid ids, and GPU UUIDs whose ``GPU at`` line was printed."""
+
+    xids: frozenset[str] = frozenset()
+    gpus: frozenset[str] = frozenset()
+
+    def render(self) -> str:
+        return json.dumps({"version": 1, "xids": sorted(self.xids), "gpus": sorted(self.gpus)},
+                          indent=1) + "\n"
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> _Announced:
+        """From the persisted file; a damaged file counts as empty (repeat rather than lose)."""
+        try:
+            doc = json.loads(text)
+            xids, gpus = doc["xids"], doc["gpus"]
+            if not all(isinstance(v, str) for v in [*xids, *gpus]):
+                raise TypeError("ids must be strings")
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning("%s: unreadable (%s), expected the announced-ids JSON; "
+                           "announcing every injected Xid again", source, exc)
+            return cls()
+        return cls(frozenset(xids), frozenset(gpus))
+
+
+@attrs.frozen
+class _Line:
+    """One record to write, and what writing it announces."""
+
+    data: bytes
+    xid: str | None = None
+    gpu: str | None = None
+
+
+@attrs.define(eq=False)
+class KernelLogSimulator:
+    """Simulator and Daemon announcing Xids; see the module docstring."""
+
+    settings: KernelLogSettings = attrs.field(factory=KernelLogSettings)
+    name: str = attrs.field(default="kernellog", init=False)
+    _state: trio_util.AsyncValue[State | None] = attrs.field(
+        factory=lambda: trio_util.AsyncValue(None), init=False
+    )
+    #: Xid records written by this instance (observable: tests wait on it
+    #: instead of polling, so virtual times are exact).
+    written: trio_util.AsyncValue[int] = attrs.field(
+        factory=lambda: trio_util.AsyncValue(0), init=False
+    )
+    _limiter: kmsg.WindowLimiter = attrs.field(init=False)
+    _announced: _Announced = attrs.field(factory=_Announced, init=False)
+    _kmsg_problem: str | None = attrs.field(default=None, init=False)
+    _staged: bool = attrs.field(default=False, init=False)
+    _running: bool = attrs.field(default=False, init=False)
+    #: Xid ids whose GPU is not in the state, logged once each.
+    _orphans_logged: set[str] = attrs.field(factory=set, init=False)
+
+    @_limiter.default
+    def _make_limiter(self) -> kmsg.WindowLimiter:
+        return kmsg.WindowLimiter(burst=self.settings.burst, interval=self.settings.interval)
+
+    # ---- Simulator -----------------------------------------------------
+
+    async def stage(self, host: Host, state: State) -> None:
+        """Nothing to write ahead of time; notes the state and whether ``/dev/kmsg`` exists."""
+        exists = await trio.to_thread.run_sync(host.exists, layout.KMSG)
+        if not self._running:
+            self._kmsg_problem = None if exists else _missing(host)
+        self._staged = True
+        self._state.value = state
+
+    async def discard(self, host: Host) -> None:
+        """Forget what was announced: the next start announces the Xids then in force."""
+        await trio.to_thread.run_sync(host.discard, OWNER)
+        self._announced = _Announced()
+        self._staged = False
+
+    @property
+    def readiness(self) -> Readiness:
+        if not self._staged:
+            return Readiness.not_ready("kernellog not staged yet")
+        if self._kmsg_problem is not None:
+            return Readiness.not_ready(self._kmsg_problem)
+        if not self._running:
+            return Readiness.not_ready("kernellog announcer not running")
+        return Readiness.ok(f"{len(self._announced.xids)} Xid(s) announced ({self.settings.style})")
+
+    # ---- Daemon --------------------------------------------------------
+
+    async def reload(self, state: State) -> None:
+        self._state.value = state
+
+    async def run(
+        self, host: Host, state: State, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Announce every Xid in the newest state that was not announced yet; see the module docstring."""
+        self._state.value = state
+        self._announced = await trio.to_thread.run_sync(_load, host)
+        # Opened before ``started`` so readiness is settled when the supervisor
+        # sees the daemon up.
+        fd, self._kmsg_problem = await trio.to_thread.run_sync(_open_kmsg, host)
+        self._running = True
+        task_status.started()
+        try:
+            while True:
+                current = self._state.value
+                if fd is not None:
+                    await self._announce(host, fd, current)
+                    await self._state.wait_value(lambda s, seen=current: s is not seen)
+                else:
+                    # Retry on a timer, and at once when a new state arrives.
+                    with trio.move_on_after(self.settings.retry_interval):
+                        await self._state.wait_value(lambda s, seen=current: s is not seen)
+                    fd, self._kmsg_problem = await trio.to_thread.run_sync(_open_kmsg, host)
+        finally:
+            self._running = False
+            if fd is not None:
+                os.close(fd)
+
+    async def _announce(self, host: Host, fd: int, state: State) -> None:
+        """Write the records ``state`` still calls for, window by window, persisting each batch."""
+        current_ids = {x.id for x in state.xids}
+        lines = self._lines(state)
+        pruned = _Announced(self._announced.xids & current_ids, self._announced.gpus)
+        if not lines:
+            if pruned != self._announced:  # Xids withdrawn: a re-injection announces again
+                self._announced = pruned
+                await trio.to_thread.run_sync(_persist, host, pruned)
+            return
+        self._announced = pruned
+        while lines:
+            granted = self._limiter.grant(len(lines))
+            if granted == 0:
+                logger.info("kernellog: rate limit reached, %d record(s) wait for the next window",
+                            len(lines))
+                await self._limiter.wait()
+                continue
+            batch, lines = lines[:granted], lines[granted:]
+            self._announced, error = await trio.to_thread.run_sync(
+                _write_batch, host, fd, batch, self._announced
+            )
+            done = sum(1 for line in batch if line.xid is not None and line.xid in self._announced.xids)
+            self.written.value += done
+            if error is not None:
+                raise error
+
+    def _lines(self, state: State) -> list[_Line]:
+        lines: list[_Line] = []
+        headed = set(self._announced.gpus)
+        for xid in state.xids:
+            if xid.id in self._announced.xids:
+                continue
+            try:
+                gpu = state.gpu(xid.gpu_index)
+            except KeyError:
+                self._log_orphan(xid)
+                continue
+            if gpu.uuid not in headed:
+                lines.append(_Line(kmsg.gpu_record(gpu, self.settings.style), gpu=gpu.uuid))
+                headed.add(gpu.uuid)
+            lines.append(_Line(kmsg.xid_record(gpu, xid.code, self.settings.style), xid=xid.id))
+        return lines
+
+    def _log_orphan(self, xid: Xid) -> None:
+        if xid.id not in self._orphans_logged:
+            self._orphans_logged.add(xid.id)
+            logger.warning("kernellog: Xid %s names GPU %d, which this state does not have; "
+                           "not announcing it", xid.id, xid.gpu_index)
+
+
+# ---- blocking parts (worker threads) -----------------------------------
+
+
+def _missing(host: Host) -> str:
+    return f"{host.root}{layout.KMSG} does not exist: Xids cannot reach the kernel log"
+
+
+def _open_kmsg(host: Host) -> tuple[int | None, str | None]:
+    """Open the kernel log for appending, never creating it; (fd, None) or (None, reason)."""
+    path = host.resolve(layout.KMSG, follow_last=True)
+    try:
+        # O_NONBLOCK only for the open: a FIFO without a reader fails (ENXIO)
+        # instead of hanging the thread; writes block normally afterwards.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, _missing(host)
+    except OSError as exc:
+        reason = "no reader on the FIFO" if exc.errno == errno.ENXIO else exc.strerror
+        return None, f"{path}: cannot open for writing: {reason}"
+    os.set_blocking(fd, True)
+    return fd, None
+
+
+def _write_batch(
+    host: Host, fd: int, batch: list[_Line], announced: _Announced
+) -> tuple[_Announced, OSError | None]:
+    """One ``write`` per record, then persist what was written (also after a failed write)."""
+    xids, gpus = set(announced.xids), set(announced.gpus)
+    error: OSError | None = None
+    for line in batch:
+        try:
+            os.write(fd, line.data)
+        except OSError as exc:
+            error = exc
+            break
+        if line.xid is not None:
+            xids.add(line.xid)
+        if line.gpu is not None:
+            gpus.add(line.gpu)
+    result = _Announced(frozenset(xids), frozenset(gpus))
+    if result != announced:
+        _persist(host, result)
+    return result, error
+
+
+def _persist(host: Host, announced: _Announced) -> None:
+    host.converge(OWNER, [File(ANNOUNCED, announced.render(), 0o644)])
+
+
+def _load(host: Host) -> _Announced:
+    path = host.resolve(ANNOUNCED, follow_last=True)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return _Announced()
+    return _Announced.parse(text, str(path))
+
+
+def _build(args: argparse.Namespace) -> KernelLogSimulator:
+    return KernelLogSimulator(settings=KernelLogSettings.from_args(args))
+
+
+PLUGIN = SimulatorPlugin(name="kernellog", add_arguments=add_arguments, build=_build)

@@ -1,0 +1,79 @@
+"""The mock PCI tree as ``Host`` artifacts, under ``mokka.layout.SYS_ROOT``.
+
+For each function of a ``PciTree`` (paths relative to the mock ``/sys``)::
+
+    devices/<root>/[<bridge>/]<bdf>/{vendor,device,subsystem_vendor,
+        subsystem_device,class,revision,irq,numa_node,local_cpulist,
+        local_cpus,resource,config}
+    devices/<root>/[<bridge>/]<bdf>/driver -> ../../../../bus/pci/drivers/nvidia
+    bus/pci/devices/<bdf>                -> ../../../devices/<root>/.../<bdf>
+    bus/pci/drivers/nvidia/<bdf>         -> ../../../../devices/<root>/.../<bdf>
+
+Every link is relative, so the tree reads the same wherever it is mounted
+or prefixed (``lspci -O sysfs.path=...``, ``libmockfs.so``, a container
+bind mount), and ``..`` after a link lands where it would on a real host.
+File modes and spellings are the kernel's: read-only attributes 0444,
+``config`` and ``numa_node`` 0644; ids as ``0x%04x``, the class as
+``0x%06x``; ``resource`` lists 13 all-zero ``start end flags`` lines for a
+device and 17 for a bridge (the kernel prints ``PCI_BRIDGE_RESOURCES`` resp.
+``PCI_NUM_RESOURCES`` lines), i.e. no BARs are claimed.
+"""
+
+from __future__ import annotations
+
+from mokka import layout
+from mokka.host import Artifact, File, Symlink
+from mokka.simulators.pcibus.config_space import build_config
+from mokka.simulators.pcibus.hierarchy import PciFunction, PciTree
+
+#: Lines of ``resource``: 6 BARs + ROM + 6 SR-IOV BARs for a device, plus the
+#: 4 bridge windows for a bridge.
+_DEVICE_RESOURCES = 13
+_BRIDGE_RESOURCES = 17
+_ZERO_RESOURCE = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+
+_READ_ONLY = 0o444
+_WRITABLE = 0o644
+
+
+def _up(path: str) -> str:
+    """``../`` for every component of ``path`` (a path relative to the mock /sys)."""
+    return "../" * (path.count("/") + 1)
+
+
+def function_artifacts(fn: PciFunction) -> list[Artifact]:
+    """The attribute files and links of one function."""
+    base = f"{layout.SYS_ROOT}/{fn.path}"
+    resources = _BRIDGE_RESOURCES if fn.is_bridge else _DEVICE_RESOURCES
+    files = [
+        File(f"{base}/vendor", f"0x{fn.vendor:04x}\n", _READ_ONLY),
+        File(f"{base}/device", f"0x{fn.device:04x}\n", _READ_ONLY),
+        File(f"{base}/subsystem_vendor", f"0x{fn.subsystem_vendor:04x}\n", _READ_ONLY),
+        File(f"{base}/subsystem_device", f"0x{fn.subsystem_device:04x}\n", _READ_ONLY),
+        File(f"{base}/class", f"0x{fn.class_code:06x}\n", _READ_ONLY),
+        File(f"{base}/revision", "0x00\n", _READ_ONLY),
+        File(f"{base}/irq", f"{fn.irq}\n", _READ_ONLY),
+        File(f"{base}/numa_node", f"{fn.numa_node}\n", _WRITABLE),
+        File(f"{base}/local_cpulist", f"{fn.cpulist}\n", _READ_ONLY),
+        File(f"{base}/local_cpus", f"{fn.cpumask}\n", _READ_ONLY),
+        File(f"{base}/resource", _ZERO_RESOURCE * resources, _READ_ONLY),
+        File(f"{base}/config", build_config(fn), _WRITABLE),
+    ]
+    links: list[Artifact] = [
+        Symlink(f"{layout.SYS_ROOT}/bus/pci/devices/{fn.bdf}", _up("bus/pci/devices") + fn.path),
+    ]
+    if fn.driver is not None:
+        driver_dir = f"bus/pci/drivers/{fn.driver}"
+        links.append(Symlink(f"{base}/driver", _up(fn.path) + driver_dir))
+        links.append(
+            Symlink(f"{layout.SYS_ROOT}/{driver_dir}/{fn.bdf}", _up(driver_dir) + fn.path)
+        )
+    return [*files, *links]
+
+
+def tree_artifacts(tree: PciTree) -> list[Artifact]:
+    """Every artifact of the mock PCI tree (nothing when the tree is empty)."""
+    artifacts: list[Artifact] = []
+    for fn in tree.functions:
+        artifacts.extend(function_artifacts(fn))
+    return artifacts

@@ -1,0 +1,233 @@
+"""Field checks shared by the profile, topology and overrides parsers.
+
+Every input document is validated the same way: walk the ``yaml.safe_load``
+output, and for every field the daemon reads check its type and shape,
+recording each problem instead of stopping at the first.  A user fixing a
+profile wants the whole list at once (``SpecError`` carries it), each entry
+phrased ``<file>: <field path>: <what was found>, expected <what>`` or
+``<file>: <field path>: <found> is not <expected>``.
+
+The checkers return the converted value, or ``None`` after recording a
+problem, so a parser can keep going and report the next field too.
+``load_yaml`` and ``read_optional`` turn unreadable input into the same kind
+of message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mokka.errors import SpecError
+
+#: Canonical PCI address as profiles spell it (``0000:53:00.0``); NVML's
+#: 8-digit domain (``00000000:53:00.0``, what ``nvidia-smi`` prints) is
+#: accepted too, so a user can paste a bus id from a real node.
+BDF_RE = re.compile(r"^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+GPU_UUID_RE = re.compile(r"^GPU-" + UUID_RE.pattern[1:])
+
+
+class Problems:
+    """Collects problems for one input file; ``raise_if_any`` ends the parse."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.items: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        where = f"{self.source}: {path}" if path else self.source
+        self.items.append(f"{where}: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise SpecError(self.items)
+
+
+def sub(path: str, key: str | int) -> str:
+    """Extend a field path: ``sub("devices", 3)`` → ``devices[3]``, ``sub("a", "b")`` → ``a.b``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def found(value: Any) -> str:
+    """How a wrong value is quoted in a message: short, and typed enough to see the mistake."""
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def normalize_numbers(value: Any) -> Any:
+    """Integral floats become ints, recursively.
+
+    Helm reads values as float64 and ``toYaml`` writes large ones back in
+    exponent form (``2.06158430208e+11``); a profile that went through a
+    chart must still load, with its byte counts as integers.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: normalize_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalize_numbers(v) for v in value]
+    return value
+
+
+def check_keys(p: Problems, path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    """Record every key of ``mapping`` not in ``allowed``."""
+    allowed = tuple(allowed)
+    for key in mapping:
+        if key not in allowed:
+            p.add(sub(path, str(key)), f"unknown key, expected one of: {', '.join(sorted(allowed))}")
+
+
+def as_mapping(p: Problems, path: str, value: Any) -> dict[str, Any] | None:
+    if isinstance(value, Mapping):
+        return dict(value)
+    p.add(path, f"{found(value)} is not a mapping")
+    return None
+
+
+def as_list(p: Problems, path: str, value: Any) -> list[Any] | None:
+    if isinstance(value, list):
+        return value
+    p.add(path, f"{found(value)} is not a list")
+    return None
+
+
+def as_int(
+    p: Problems, path: str, value: Any, *, lo: int | None = None, hi: int | None = None
+) -> int | None:
+    """An integer (not a bool) within ``lo..hi``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        p.add(path, f"{found(value)} is not an integer")
+        return None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        p.add(path, f"{value} is out of range, expected {bounds}")
+        return None
+    return value
+
+
+def as_float(
+    p: Problems, path: str, value: Any, *, lo: float | None = None, hi: float | None = None
+) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        p.add(path, f"{found(value)} is not a number")
+        return None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        p.add(path, f"{value} is out of range, expected {lo}..{hi}")
+        return None
+    return float(value)
+
+
+def as_bool(p: Problems, path: str, value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    p.add(path, f"{found(value)} is not true or false")
+    return None
+
+
+def as_str(p: Problems, path: str, value: Any, *, nonempty: bool = True) -> str | None:
+    if not isinstance(value, str):
+        p.add(path, f"{found(value)} is not a string")
+        return None
+    if nonempty and not value.strip():
+        p.add(path, "empty string, expected a value")
+        return None
+    return value
+
+
+def as_choice(p: Problems, path: str, value: Any, choices: Iterable[str]) -> str | None:
+    choices = tuple(choices)
+    if isinstance(value, str) and value.lower() in choices:
+        return value.lower()
+    p.add(path, f"{found(value)} is not one of: {', '.join(choices)}")
+    return None
+
+
+def as_match(p: Problems, path: str, value: Any, regex: re.Pattern[str], what: str) -> str | None:
+    """A string matching ``regex``; ``what`` names the expected shape in the message."""
+    if isinstance(value, str) and regex.match(value):
+        return value
+    p.add(path, f"{found(value)} is not {what}")
+    return None
+
+
+def as_bdf(p: Problems, path: str, value: Any) -> str | None:
+    """A PCI address, returned canonical: 4-digit domain, lower case (sysfs spelling)."""
+    text = as_match(p, path, value, BDF_RE, "a PCI address DDDD:BB:DD.F")
+    return None if text is None else canonical_bdf(text)
+
+
+def canonical_bdf(text: str) -> str:
+    """``00000000:1A:00.0`` or ``0000:1A:00.0`` → ``0000:1a:00.0``; raises ValueError otherwise."""
+    match = BDF_RE.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a PCI address DDDD:BB:DD.F")
+    domain, bus, dev, fn = match.groups()
+    if int(domain, 16) > 0xFFFF:
+        raise ValueError(f"{text!r}: PCI domain above ffff")
+    return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
+def require(p: Problems, path: str, mapping: Mapping[str, Any], key: str, what: str) -> Any:
+    """``mapping[key]``, recording ``missing, expected <what>`` when absent or null."""
+    value = mapping.get(key)
+    if value is None:
+        p.add(sub(path, key), f"missing, expected {what}")
+    return value
+
+
+def deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch`` over ``base``: mappings merge key by key, anything else replaces.
+
+    Lists replace rather than concatenate: a device that lists its own
+    ``supported_clocks`` means exactly those.  Inputs are not modified.
+    """
+    merged: dict[str, Any] = {k: _copy(v) for k, v in base.items()}
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = _copy(value)
+    return merged
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load`` with syntax errors turned into ``SpecError`` naming file, line, column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"{source}: {where}not valid YAML ({problem})") from None
+
+
+def read_optional(path: Path, what: str) -> str | None:
+    """The text of an optional input; ``None`` when it does not exist (not an error)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read the {what}: {exc}") from None

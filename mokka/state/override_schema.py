@@ -1,0 +1,190 @@
+"""Which device fields an overrides file may set, and their types.
+
+Overrides change a running node: the mock library re-reads the engine
+config on every call, so a value set here shows on the next query.  That
+only makes sense for runtime values (temperatures, power draw, clocks,
+utilization, ECC counters, failure injection).  Identity fields are fixed
+when a GPU appears (consumers cache them: the device plugin advertises the
+UUID, the kubelet records the bus id), so they are refused with a message
+saying to change the profile instead.
+
+The schema is a nested mapping: a key maps to a leaf checker, to a nested
+schema (a ``dict``), or to ``ANY`` (an open subtree passed through: lists
+of processes, metric generator settings).  ``check_patch`` records every
+unknown key and every wrongly typed value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mokka.state import checks
+from mokka.state.checks import Problems, sub
+from mokka.state.profile import FABRIC_STATES, check_failure, check_xid_list
+
+Leaf = Callable[[Problems, str, Any], object]
+
+
+def _int(p: Problems, path: str, v: Any) -> object:
+    return checks.as_int(p, path, v)
+
+
+def _count(p: Problems, path: str, v: Any) -> object:
+    return checks.as_int(p, path, v, lo=0)
+
+
+def _pct(p: Problems, path: str, v: Any) -> object:
+    return checks.as_int(p, path, v, lo=0, hi=100)
+
+
+def _bool(p: Problems, path: str, v: Any) -> object:
+    return checks.as_bool(p, path, v)
+
+
+def _str(p: Problems, path: str, v: Any) -> object:
+    return checks.as_str(p, path, v)
+
+
+def _pstate(p: Problems, path: str, v: Any) -> object:
+    return checks.as_choice(p, path, v, tuple(f"p{i}" for i in range(16)))
+
+
+def _fabric_state(p: Problems, path: str, v: Any) -> object:
+    return checks.as_choice(p, path, v, FABRIC_STATES)
+
+
+def _uuid(p: Problems, path: str, v: Any) -> object:
+    return checks.as_match(p, path, v, checks.UUID_RE, "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+
+
+def _link_counts(p: Problems, path: str, v: Any) -> object:
+    """``nvlink_errors``: ``{"<link>": <error count>}``, link 0..17 (NVML's link limit)."""
+    links = checks.as_mapping(p, path, v)
+    for key, count in (links or {}).items():
+        if not str(key).isdigit() or not 0 <= int(str(key)) < NVLINK_MAX_LINKS:
+            p.add(sub(path, str(key)), f"{key!r} is not a link number 0..{NVLINK_MAX_LINKS - 1}")
+            continue
+        checks.as_int(p, sub(path, str(key)), count, lo=0)
+    return links
+
+
+def _any(p: Problems, path: str, v: Any) -> object:
+    return v
+
+
+ANY: Leaf = _any
+NVLINK_MAX_LINKS = 18
+
+#: nvidia-smi's clocks event reasons, as the profile names them.
+THROTTLE_REASONS = (
+    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+    "hw_thermal_slowdown", "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown",
+    "display_clocks_setting",
+)
+#: ``fabric.health`` states ``mokka ctl fabric-health`` knows, and the block each writes.
+FABRIC_HEALTH = ("healthy", "degraded_bandwidth", "route_recovery", "route_unhealthy",
+                 "access_timeout_recovery", "incorrect_configuration")
+
+_ECC_COUNTS = {k: _count for k in (
+    "device_memory", "l1_cache", "l2_cache", "register_file", "texture_memory", "total",
+    "sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable",
+)}
+_ECC_KIND = {"single_bit": _ECC_COUNTS, "double_bit": _ECC_COUNTS}
+
+SCHEMA: dict[str, Any] = {
+    "thermal": {k: _int for k in (
+        "temperature_gpu_c", "temperature_memory_c", "shutdown_threshold_c",
+        "slowdown_threshold_c", "max_operating_c", "max_memory_operating_c",
+        "target_temperature_c", "tlimit_c",
+    )},
+    "power": {
+        **{k: _count for k in (
+            "current_draw_mw", "default_limit_mw", "enforced_limit_mw", "min_limit_mw",
+            "max_limit_mw", "total_energy_consumption_mj",
+        )},
+        "power_state": _pstate, "management_mode": _str, "management_supported": _bool,
+    },
+    "clocks": {k: _count for k in (
+        "graphics_current", "graphics_max", "graphics_app", "graphics_app_default",
+        "sm_current", "sm_max", "memory_current", "memory_max", "memory_app",
+        "memory_app_default", "video_current", "video_max",
+    )},
+    "clocks_throttle_reasons": {k: _bool for k in THROTTLE_REASONS},
+    "utilization": {k: _pct for k in ("gpu", "memory", "encoder", "decoder", "jpeg", "ofa")},
+    "performance_state": _pstate,
+    "memory": {k: _count for k in ("used_bytes", "free_bytes", "reserved_bytes", "total_bytes")},
+    "ecc": {
+        "mode_current": _str, "mode_pending": _str, "default_mode": _str,
+        "errors": {"volatile": _ECC_KIND, "aggregate": _ECC_KIND},
+    },
+    "retired_pages": ANY,
+    "remapped_rows": {
+        "correctable": _count, "uncorrectable": _count, "pending": _bool,
+        "failure_occurred": _bool, "availability_histogram": ANY,
+    },
+    "pcie": {k: _count for k in (
+        "replay_counter", "tx_throughput_kbps", "rx_throughput_kbps", "current_link_gen",
+        "current_link_width", "max_link_gen", "max_link_width",
+    )},
+    "fan": ANY,
+    "fabric": {
+        "state": _fabric_state, "clique_id": _count, "cluster_uuid": _uuid,
+        "health": {
+            "summary": _str, "bandwidth": _str, "route_recovery_in_progress": _bool,
+            "route_unhealthy": _bool, "access_timeout_recovery": _bool,
+            "incorrect_configuration": _bool,
+        },
+    },
+    "failure": check_failure,
+    "xids": check_xid_list,
+    "nvlink_errors": _link_counts,
+    "processes": ANY,
+    "persistence_mode": _str,
+    "compute_mode": _str,
+    "dynamic_metrics": ANY,
+    "encoder_stats": ANY,
+    "fbc_stats": ANY,
+    "mig": {"mode_current": _str, "mode_pending": _str},
+}
+
+#: Fixed when the GPU appears; an override may not change them.
+NOT_HOT_RELOADABLE = (
+    "name", "architecture", "brand", "compute_capability", "uuid", "pci", "bar1_memory",
+    "index", "minor_number", "serial",
+)
+
+
+def check_patch(p: Problems, path: str, patch: Mapping[str, Any], schema: Any = None) -> None:
+    """Record every unknown key, refused identity field and wrongly typed value in ``patch``."""
+    schema = SCHEMA if schema is None else schema
+    top = schema is SCHEMA
+    for key, value in patch.items():
+        kpath = sub(path, str(key))
+        if top and key in NOT_HOT_RELOADABLE:
+            p.add(kpath, "not hot-reloadable (consumers cache it when the GPU appears), "
+                  "change the profile instead")
+            continue
+        if key not in schema:
+            p.add(kpath, f"unknown key, expected one of: {', '.join(sorted(schema))}")
+            continue
+        rule = schema[key]
+        if isinstance(rule, dict):
+            nested = checks.as_mapping(p, kpath, value)
+            if nested is not None:
+                check_patch(p, kpath, nested, rule)
+        else:
+            rule(p, kpath, value)
+
+
+def known_paths(schema: Mapping[str, Any] | None = None, prefix: str = "") -> list[str]:
+    """Every settable dotted path (for ``mokka ctl set`` help and error hints)."""
+    schema = SCHEMA if schema is None else schema
+    paths: list[str] = []
+    for key, rule in schema.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(rule, dict):
+            paths.extend(known_paths(rule, path))
+        else:
+            paths.append(path)
+    return paths

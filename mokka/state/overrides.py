@@ -1,0 +1,244 @@
+"""The runtime overrides file: failure injection and metric pins, changed live.
+
+```yaml
+version: 1
+all: {thermal: {temperature_gpu_c: 70}}          # merged into every device
+devices:
+  "0": {failure: {mode: ecc_uncorrectable, after_calls: 1, xid: {code: 79}}}
+  "GPU-0a1b…": {utilization: {gpu: 90}}          # by per-node UUID
+```
+
+Compilation merges ``profile device < all < devices[index] < devices[uuid]``
+(``mokka.state.compile``).  Parsing is strict: every key must be one the
+schema (``mokka.state.override_schema``) knows, and identity fields are
+refused, so a typo is an error at write time rather than a silent no-op.
+
+Writers (``mokka ctl``, tests) go through ``update_overrides``: an exclusive
+``flock`` on the sibling ``overrides.yaml.lock``, read, change, validate the
+whole result, then write a temp file and rename it over the old one (mode
+0644).  Readers never lock: a rename is atomic, so they see the old file or
+the new one, never half of either.  The daemon calls ``reset_file`` at start:
+runtime state does not survive a pod restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from mokka.errors import MokkaError
+from mokka.state import checks
+from mokka.state.checks import Problems, load_yaml, read_optional, sub
+from mokka.state.override_schema import check_patch
+
+logger = logging.getLogger(__name__)
+
+TOP_LEVEL_KEYS = ("version", "all", "devices")
+FILE_MODE = 0o644
+HEADER = (
+    "# Runtime overrides of the mock GPUs, written by `mokka ctl` (edits are validated there).\n"
+    "# A restart of the node agent resets this file.\n"
+)
+
+
+@attrs.frozen(kw_only=True)
+class Overrides:
+    """A validated overrides document."""
+
+    version: int = 1
+    #: merged into every device
+    all: Mapping[str, Any] = attrs.field(factory=dict)
+    #: per device: key ``"<index>"`` or a GPU UUID (``GPU-`` + lower-case hex)
+    devices: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    source: str = attrs.field(default="", eq=False)
+
+    @classmethod
+    def from_mapping(cls, doc: Any, *, source: str) -> Overrides:
+        """Validate ``yaml.safe_load`` output; an empty document is an empty overrides."""
+        if doc is None:
+            return cls(source=source)
+        p = Problems(source)
+        top = checks.as_mapping(p, "(document)", doc)
+        p.raise_if_any()
+        assert top is not None
+        top = checks.normalize_numbers(top)
+        checks.check_keys(p, "", top, TOP_LEVEL_KEYS)
+        version = checks.require(p, "", top, "version", "1")
+        if version is not None and (isinstance(version, bool) or version != 1):
+            p.add("version", f"{checks.found(version)} is not supported, expected 1")
+        all_patch: dict[str, Any] = {}
+        if top.get("all") is not None:
+            all_patch = checks.as_mapping(p, "all", top["all"]) or {}
+            check_patch(p, "all", all_patch)
+        devices: dict[str, dict[str, Any]] = {}
+        raw_devices = top.get("devices")
+        if raw_devices is not None:
+            for key, patch in (checks.as_mapping(p, "devices", raw_devices) or {}).items():
+                norm = device_key(key)
+                path = sub("devices", str(key))
+                if norm is None:
+                    p.add(path, f"{checks.found(key)} is not a GPU index or a GPU UUID "
+                          "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
+                    continue
+                if norm in devices:
+                    p.add(path, f"{key!r} names the same GPU as another key")
+                    continue
+                patch_map = checks.as_mapping(p, path, patch) if patch is not None else {}
+                if patch_map is None:
+                    continue
+                check_patch(p, path, patch_map)
+                devices[norm] = patch_map
+        p.raise_if_any()
+        return cls(version=1, all=all_patch, devices=devices, source=source)
+
+    @property
+    def empty(self) -> bool:
+        return not self.all and not any(self.devices.values())
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The canonical document (what ``write_overrides`` writes, what hashing reads)."""
+        doc: dict[str, Any] = {"version": self.version}
+        if self.all:
+            doc["all"] = checks.deep_merge({}, self.all)
+        if self.devices:
+            doc["devices"] = {k: checks.deep_merge({}, v) for k, v in self.devices.items()}
+        return doc
+
+    def layers_for(self, index: int, uuid: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """The patches that apply to one GPU, weakest first, each with its label."""
+        layers: list[tuple[str, Mapping[str, Any]]] = []
+        if self.all:
+            layers.append(("all", self.all))
+        for key in (str(index), uuid.lower()):
+            if self.devices.get(key):
+                layers.append((f"devices.{key}", self.devices[key]))
+        return layers
+
+
+def device_key(key: Any) -> str | None:
+    """Normalize a ``devices`` key: an index (``0``, ``"0"``) or a GPU UUID; ``None`` if neither."""
+    if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+        return str(key)
+    if isinstance(key, str):
+        if key.isdigit():
+            return str(int(key))
+        if checks.GPU_UUID_RE.match(key):
+            return "GPU-" + key[4:].lower()
+    return None
+
+
+def parse_overrides(text: str, *, source: str) -> Overrides:
+    return Overrides.from_mapping(load_yaml(text, source), source=source)
+
+
+def load_overrides(path: Path) -> Overrides | None:
+    """The overrides at ``path``; ``None`` when the file does not exist (not an error)."""
+    text = read_optional(path, "overrides file")
+    return None if text is None else parse_overrides(text, source=str(path))
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold the exclusive ``flock`` on ``<path>.lock`` (blocking until it is ours).
+
+    ``reset_file`` unlinks the lock file while holding it; a writer that was
+    waiting then holds a lock on an unlinked inode, so it checks that the
+    path still names its inode and retries otherwise.
+    """
+    lpath = lock_path(path)
+    while True:
+        fd = os.open(lpath, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                current = os.stat(lpath)
+            except FileNotFoundError:
+                current = None
+            if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_overrides(path: Path, overrides: Overrides) -> None:
+    """Atomically replace ``path`` (temp file in the same directory, then rename); hold the lock."""
+    text = HEADER + yaml.safe_dump(overrides.to_mapping(), sort_keys=False,
+                                   default_flow_style=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), FILE_MODE)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def update_overrides(
+    path: Path, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+) -> Overrides:
+    """Read-modify-write under the lock; ``change`` edits the document in place or returns a new one.
+
+    The whole result is validated before anything is written (``SpecError``
+    leaves the file as it was).  No update is lost to a concurrent writer.
+    """
+    if not path.parent.is_dir():
+        raise MokkaError(
+            f"{path.parent}: no such directory, expected the node's driver config directory "
+            "(is the node agent running with this root?)"
+        )
+    with locked(path):
+        current = load_overrides(path) or Overrides(source=str(path))
+        doc = current.to_mapping()
+        result = change(doc)
+        doc = doc if result is None else result
+        new = Overrides.from_mapping(doc, source=str(path))
+        write_overrides(path, new)
+        return new
+
+
+def reset_file(path: Path) -> bool:
+    """Remove the runtime content (the file and its lock file); ``True`` if there was a file.
+
+    The daemon calls this at start: a pod restart resets runtime state, as a
+    driver reload resets a real GPU's.  A missing directory is fine (nothing
+    to reset yet).
+    """
+    if not path.parent.is_dir():
+        return False
+    with locked(path):
+        try:
+            path.unlink()
+            removed = True
+        except FileNotFoundError:
+            removed = False
+        # unlink the lock while holding it: waiters notice and re-open (see ``locked``)
+        with contextlib.suppress(FileNotFoundError):
+            lock_path(path).unlink()
+    if removed:
+        logger.info("reset runtime overrides %s", path)
+    return removed

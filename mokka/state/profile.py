@@ -1,0 +1,603 @@
+"""The GPU profile: the upstream mock-NVML schema, parsed and validated.
+
+A profile describes one node's GPUs: ``system`` (driver and CUDA versions),
+``device_defaults`` (a full device config), ``devices`` (per-GPU entries
+deep-merged over the defaults), ``nvlink``, ``pcie_topology`` and
+``infiniband``.  Profiles written for the earlier shell-based mock load
+unchanged: this module accepts every shape they use (Grace pairs and
+platform blocks, several PCIe roots, NVSwitch lists, IB blocks, Helm's
+re-rendered key order and exponent-form numbers).
+
+Strictness follows what the daemon reads.  Unknown keys are rejected at the
+top level and in ``system``, ``nvlink``, ``pcie_topology`` and
+``infiniband``, because a typo there silently changes the node.  Device
+fields are open: the engine config carries them to the mock library, which
+knows many more than the daemon does, so only the ones the daemon itself
+reads are type-checked and the rest pass through untouched.
+
+``Profile.from_mapping(doc, source=...)`` is the named constructor over
+``yaml.safe_load`` output; ``load_profile`` reads a built-in or a file.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mokka.errors import SpecError
+from mokka.state import checks
+from mokka.state.checks import Problems, load_yaml, read_optional, sub
+
+#: Built-in profiles shipped in ``mokka/state/profiles``.
+BUILTIN_PROFILES: tuple[str, ...] = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
+#: The profile the daemon uses when none is given: the most common shape
+#: consumers (device plugin, GFD, DRA) are tested against.
+DEFAULT_PROFILE = "h100"
+
+TOP_LEVEL_KEYS = (
+    "version", "system", "device_defaults", "devices", "nvlink", "pcie_topology",
+    "infiniband",
+    # upstream's per-profile defaults of the dynamic metrics generator
+    "dynamic_metrics_defaults",
+)
+SYSTEM_KEYS = (
+    "driver_version", "nvml_version", "cuda_version", "cuda_version_major",
+    "cuda_version_minor", "num_devices",
+)
+NVLINK_KEYS = ("version", "links_per_gpu", "bandwidth_per_link_mbps", "c2c_enabled", "switches")
+SWITCH_KEYS = ("bdf", "uuid")
+PCIE_KEYS = ("root_complexes",)
+ROOT_KEYS = ("id", "numa_node", "devices", "cpulist")
+IB_KEYS = (
+    "enabled", "hca_type", "fw_version", "hw_rev", "board_id", "link_layer", "rate_gbps",
+    "port_state", "phys_state", "hcas_per_gpu", "hca_count", "guid_prefix",
+    "node_desc_template",
+)
+FAILURE_KEYS = ("mode", "after_calls", "probability", "seed", "xid")
+XID_KEYS = ("code", "id")
+FAILURE_MODES = ("healthy", "lost", "fallen_off_bus", "ecc_uncorrectable")
+FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "auto")
+#: InfiniBand signalling rates by name: EDR, HDR, NDR, XDR.
+IB_RATES = (100, 200, 400, 800)
+
+DRIVER_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+ROOT_ID_RE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
+CUDA_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
+
+#: Integer device fields the daemon or the engine config relies on, checked
+#: when present (``>= 0``).  Everything else under these blocks passes through.
+_DEVICE_INTS = {
+    "memory": ("total_bytes", "reserved_bytes", "free_bytes", "used_bytes"),
+    "bar1_memory": ("total_bytes", "free_bytes", "used_bytes"),
+    "power": ("default_limit_mw", "enforced_limit_mw", "min_limit_mw", "max_limit_mw"),
+    "clocks": ("graphics_max", "sm_max", "memory_max", "video_max"),
+}
+
+
+@attrs.frozen(kw_only=True)
+class SystemSpec:
+    """``system``: what the driver reports about itself."""
+
+    #: ``nvmlSystemGetDriverVersion``; 2-3 dot-separated numbers (GFD parses it).
+    driver_version: str
+    #: ``nvmlSystemGetNVMLVersion``; defaults to ``<cuda major>.<driver_version>``.
+    nvml_version: str
+    cuda_version_major: int
+    cuda_version_minor: int
+    #: Expose only the first N devices (by index); ``None``: all of them.
+    num_devices: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeviceSpec:
+    """One ``devices[]`` entry merged over ``device_defaults``."""
+
+    index: int
+    #: Position in the ``devices`` list (error messages name it).
+    position: int
+    #: The profile's UUID: a template for the per-node one (``mokka.state.identity``).
+    uuid: str | None
+    #: The profile's serial: a template, like ``uuid``.
+    serial: str | None
+    #: ``/dev/nvidia<minor>``; defaults to the index.
+    minor_number: int
+    #: Canonical lower-case ``dddd:bb:dd.f``.
+    bus_id: str
+    #: Grace CPU this GPU pairs with over C2C (GB200/GB300); ``None`` elsewhere.
+    grace_cpu_pair: int | None
+    #: The merged raw device config (``device_defaults`` < entry), numbers normalized.
+    config: Mapping[str, Any] = attrs.field(eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class SwitchSpec:
+    bdf: str
+    uuid: str
+
+
+@attrs.frozen(kw_only=True)
+class NvlinkSpec:
+    version: int
+    links_per_gpu: int
+    #: Unidirectional bandwidth of one link in MB/s (``nvidia-smi nvlink -s``).
+    bandwidth_per_link_mbps: int
+    #: NVLink-C2C to a Grace CPU (GB200/GB300).
+    c2c_enabled: bool = False
+    switches: tuple[SwitchSpec, ...] = ()
+    fields: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class RootSpec:
+    #: ``pciDDDD:BB``
+    id: str
+    numa_node: int
+    #: canonical BDFs in profile order
+    devices: tuple[str, ...]
+    cpulist: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class InfinibandSpec:
+    hca_type: str = "MT4129"
+    fw_version: str = "28.39.1002"
+    hw_rev: str = "0x0"
+    board_id: str = "MT_0000000838"
+    link_layer: str = "InfiniBand"
+    #: Gb/s: 100 EDR, 200 HDR, 400 NDR, 800 XDR.
+    rate_gbps: int = 400
+    port_state: str = "ACTIVE"
+    phys_state: str = "LinkUp"
+    hcas_per_gpu: int = 1
+    #: Explicit HCA count; ``None``: GPUs × ``hcas_per_gpu``.
+    hca_count: int | None = None
+    #: Template of the node GUIDs; its first three bytes (the OUI) are kept.
+    guid_prefix: str | None = None
+    node_desc_template: str = "{node_name} mlx5_{idx}"
+
+
+@attrs.frozen(kw_only=True)
+class Profile:
+    """A validated profile; ``document`` is the whole normalized mapping."""
+
+    #: Where it came from: the built-in name or the path, as given.
+    name: str
+    version: str
+    system: SystemSpec
+    devices: tuple[DeviceSpec, ...]
+    nvlink: NvlinkSpec | None = None
+    roots: tuple[RootSpec, ...] = ()
+    infiniband: InfinibandSpec | None = None
+    document: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+
+    @classmethod
+    def from_mapping(cls, doc: Any, *, source: str, name: str | None = None) -> Profile:
+        """Validate ``yaml.safe_load`` output; raises ``SpecError`` listing every problem."""
+        p = Problems(source)
+        top = checks.as_mapping(p, "(document)", doc)
+        if top is None:
+            p.raise_if_any()
+        assert top is not None
+        top = checks.normalize_numbers(top)
+        checks.check_keys(p, "", top, TOP_LEVEL_KEYS)
+        version = _version(p, top)
+        system = _system(p, top)
+        devices = _devices(p, top)
+        nvlink = _nvlink(p, top.get("nvlink"))
+        roots = _roots(p, top.get("pcie_topology"), devices)
+        infiniband = _infiniband(p, top.get("infiniband"))
+        if system is not None and system.num_devices is not None and devices:
+            if system.num_devices > len(devices):
+                p.add("system.num_devices", f"{system.num_devices} is more than the "
+                      f"{len(devices)} devices declared, expected at most {len(devices)}")
+        p.raise_if_any()
+        assert system is not None and version is not None
+        return cls(
+            name=name or source, version=version, system=system, devices=tuple(devices),
+            nvlink=nvlink, roots=tuple(roots), infiniband=infiniband, document=top,
+        )
+
+    def selected_devices(self) -> tuple[DeviceSpec, ...]:
+        """The devices this node exposes: all, or the first ``system.num_devices`` by index."""
+        ordered = tuple(sorted(self.devices, key=lambda d: d.index))
+        if self.system.num_devices is None:
+            return ordered
+        return ordered[: self.system.num_devices]
+
+
+def _version(p: Problems, top: Mapping[str, Any]) -> str | None:
+    value = checks.require(p, "", top, "version", 'a schema version like "1.0"')
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        p.add("version", f"{checks.found(value)} is not a version, expected \"1.0\"")
+        return None
+    text = str(value)
+    if text.split(".")[0] != "1":
+        p.add("version", f"{text!r} is not supported, expected 1.x")
+        return None
+    return text
+
+
+def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
+    raw = checks.require(p, "", top, "system", "a mapping with driver_version")
+    if raw is None:
+        return None
+    sys_map = checks.as_mapping(p, "system", raw)
+    if sys_map is None:
+        return None
+    checks.check_keys(p, "system", sys_map, SYSTEM_KEYS)
+    driver = checks.require(p, "system", sys_map, "driver_version",
+                            "a driver version like 580.105.08")
+    if driver is not None:
+        driver = checks.as_match(p, "system.driver_version", driver, DRIVER_VERSION_RE,
+                                 "a driver version of 2-3 dot-separated numbers like 580.105.08")
+    major = minor = None
+    cuda = sys_map.get("cuda_version")
+    if cuda is not None:
+        match = CUDA_VERSION_RE.match(str(cuda)) if not isinstance(cuda, bool) else None
+        if isinstance(cuda, int) and not isinstance(cuda, bool):
+            major, minor = cuda, 0
+        elif match:
+            major, minor = int(match.group(1)), int(match.group(2))
+        else:
+            p.add("system.cuda_version", f"{checks.found(cuda)} is not a CUDA version like \"13.0\"")
+    for key in ("cuda_version_major", "cuda_version_minor"):
+        if sys_map.get(key) is None:
+            continue
+        value = checks.as_int(p, f"system.{key}", sys_map[key], lo=0)
+        given = major if key.endswith("major") else minor
+        if value is not None and given is not None and value != given and cuda is not None:
+            p.add(f"system.{key}", f"{value} contradicts cuda_version {cuda!r}")
+        if key.endswith("major"):
+            major = value if value is not None else major
+        else:
+            minor = value if value is not None else minor
+    if major is None or minor is None:
+        if cuda is None:
+            p.add("system.cuda_version", 'missing, expected a CUDA version like "13.0" '
+                  "(or cuda_version_major and cuda_version_minor)")
+        return None
+    nvml = sys_map.get("nvml_version")
+    if nvml is not None:
+        nvml = checks.as_str(p, "system.nvml_version", nvml)
+    num = sys_map.get("num_devices")
+    if num is not None:
+        num = checks.as_int(p, "system.num_devices", num, lo=1)
+    if driver is None:
+        return None
+    return SystemSpec(
+        driver_version=driver, nvml_version=nvml or f"{major}.{driver}",
+        cuda_version_major=major, cuda_version_minor=minor, num_devices=num,
+    )
+
+
+def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
+    defaults_raw = top.get("device_defaults", {})
+    defaults = checks.as_mapping(p, "device_defaults", defaults_raw) if defaults_raw else {}
+    raw = checks.require(p, "", top, "devices", "a list of device entries with index and pci.bus_id")
+    if raw is None:
+        return []
+    entries = checks.as_list(p, "devices", raw)
+    if entries is None:
+        return []
+    if not entries:
+        p.add("devices", "empty list, expected at least one device")
+    result: list[DeviceSpec] = []
+    seen_index: dict[int, int] = {}
+    seen_minor: dict[int, int] = {}
+    seen_bdf: dict[str, int] = {}
+    for pos, entry in enumerate(entries):
+        path = sub("devices", pos)
+        entry_map = checks.as_mapping(p, path, entry)
+        if entry_map is None:
+            continue
+        spec = _device(p, path, pos, defaults or {}, entry_map)
+        if spec is None:
+            continue
+        for value, seen, what in (
+            (spec.index, seen_index, "index"),
+            (spec.minor_number, seen_minor, "minor_number"),
+            (spec.bus_id, seen_bdf, "pci.bus_id"),
+        ):
+            if value in seen:
+                p.add(sub(path, what), f"{value!r} repeats devices[{seen[value]}], expected "
+                      "a unique value per device")
+            else:
+                seen[value] = pos
+        result.append(spec)
+    return result
+
+
+def _device(
+    p: Problems, path: str, pos: int, defaults: Mapping[str, Any], entry: Mapping[str, Any]
+) -> DeviceSpec | None:
+    before = len(p.items)
+    index = checks.require(p, path, entry, "index", "the device index (an integer >= 0)")
+    if index is not None:
+        index = checks.as_int(p, sub(path, "index"), index, lo=0)
+    merged = checks.deep_merge(defaults, entry)
+    uuid = merged.get("uuid")
+    if uuid is not None:
+        uuid = checks.as_match(p, sub(path, "uuid"), uuid, checks.GPU_UUID_RE,
+                               "a GPU UUID GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    serial = merged.get("serial")
+    if serial is not None and not isinstance(serial, bool) and isinstance(serial, int):
+        serial = str(serial)
+    if serial is not None:
+        serial = checks.as_str(p, sub(path, "serial"), serial)
+    minor = merged.get("minor_number", index)
+    if "minor_number" in merged:
+        # 255 is nvidiactl's minor; 0..254 are GPUs
+        minor = checks.as_int(p, sub(path, "minor_number"), minor, lo=0, hi=254)
+    pair = merged.get("grace_cpu_pair")
+    if pair is not None:
+        pair = checks.as_int(p, sub(path, "grace_cpu_pair"), pair, lo=0)
+    bus_id = None
+    pci = checks.require(p, path, merged, "pci", "a mapping with device_id and bus_id")
+    if pci is not None and checks.as_mapping(p, sub(path, "pci"), pci) is not None:
+        ppath = sub(path, "pci")
+        raw_bdf = checks.require(p, ppath, pci, "bus_id", "a PCI address DDDD:BB:DD.F")
+        if raw_bdf is not None:
+            bus_id = checks.as_bdf(p, sub(ppath, "bus_id"), raw_bdf)
+        did = checks.require(p, ppath, pci, "device_id", "(device << 16) | vendor, e.g. 0x233010DE")
+        if did is not None:
+            checks.as_int(p, sub(ppath, "device_id"), did, lo=0, hi=0xFFFFFFFF)
+        if pci.get("subsystem_id") is not None:
+            checks.as_int(p, sub(ppath, "subsystem_id"), pci["subsystem_id"], lo=0, hi=0xFFFFFFFF)
+    _device_fields(p, path, merged)
+    if len(p.items) > before or index is None or bus_id is None or minor is None:
+        return None
+    return DeviceSpec(
+        index=index, position=pos, uuid=uuid, serial=serial, minor_number=minor,
+        bus_id=bus_id, grace_cpu_pair=pair, config=merged,
+    )
+
+
+def _device_fields(p: Problems, path: str, merged: Mapping[str, Any]) -> None:
+    """Type-check the device fields the daemon reads; others pass through."""
+    name = checks.require(p, path, merged, "name", 'the product name, e.g. "NVIDIA H100 80GB HBM3"')
+    if name is not None:
+        checks.as_str(p, sub(path, "name"), name)
+    for key in ("brand", "architecture"):
+        if merged.get(key) is not None:
+            checks.as_str(p, sub(path, key), merged[key])
+    cc = merged.get("compute_capability")
+    if cc is not None and (cc_map := checks.as_mapping(p, sub(path, "compute_capability"), cc)):
+        for key in ("major", "minor"):
+            if cc_map.get(key) is not None:
+                checks.as_int(p, sub(sub(path, "compute_capability"), key), cc_map[key], lo=0)
+    for block, keys in _DEVICE_INTS.items():
+        value = merged.get(block)
+        if value is None:
+            continue
+        block_map = checks.as_mapping(p, sub(path, block), value)
+        for key in keys if block_map else ():
+            if block_map.get(key) is not None:
+                checks.as_int(p, sub(sub(path, block), key), block_map[key], lo=0)
+    platform = merged.get("platform")
+    if platform is not None and (pf := checks.as_mapping(p, sub(path, "platform"), platform)):
+        if pf.get("module_id") is not None:
+            checks.as_int(p, sub(path, "platform.module_id"), pf["module_id"], lo=0)
+    fabric = merged.get("fabric")
+    if fabric is not None:
+        check_fabric(p, sub(path, "fabric"), fabric)
+    if merged.get("failure") is not None:
+        check_failure(p, sub(path, "failure"), merged["failure"])
+    if merged.get("xids") is not None:
+        check_xid_list(p, sub(path, "xids"), merged["xids"])
+
+
+def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -> None:
+    """``fabric``: the GPU's NVLink fabric identity (``cluster_uuid``, ``clique_id``, ``state``)."""
+    fabric = checks.as_mapping(p, path, value)
+    if fabric is None:
+        return
+    if fabric.get("cluster_uuid") is not None:
+        checks.as_match(p, sub(path, "cluster_uuid"), fabric["cluster_uuid"], checks.UUID_RE,
+                        "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    if fabric.get("clique_id") is not None:
+        checks.as_int(p, sub(path, "clique_id"), fabric["clique_id"], lo=0)
+    if fabric.get("state") is not None:
+        checks.as_choice(p, sub(path, "state"), fabric["state"], FABRIC_STATES)
+    elif not partial:
+        p.add(sub(path, "state"), f"missing, expected one of: {', '.join(FABRIC_STATES)}")
+
+
+def check_failure(p: Problems, path: str, value: Any) -> None:
+    """``failure``: injected failure mode, its triggers, and the Xid it raises."""
+    failure = checks.as_mapping(p, path, value)
+    if failure is None:
+        return
+    checks.check_keys(p, path, failure, FAILURE_KEYS)
+    if failure.get("mode") is not None:
+        checks.as_choice(p, sub(path, "mode"), failure["mode"], FAILURE_MODES)
+    if failure.get("after_calls") is not None:
+        checks.as_int(p, sub(path, "after_calls"), failure["after_calls"], lo=0)
+    if failure.get("probability") is not None:
+        checks.as_float(p, sub(path, "probability"), failure["probability"], lo=0.0, hi=1.0)
+    if failure.get("seed") is not None:
+        checks.as_int(p, sub(path, "seed"), failure["seed"])
+    if failure.get("xid") is not None:
+        check_xid(p, sub(path, "xid"), failure["xid"])
+
+
+def check_xid(p: Problems, path: str, value: Any) -> None:
+    """One Xid: ``{code: N}`` with an optional ``id`` that makes it distinct from earlier ones."""
+    xid = checks.as_mapping(p, path, value)
+    if xid is None:
+        return
+    checks.check_keys(p, path, xid, XID_KEYS)
+    code = checks.require(p, path, xid, "code", "the Xid number, e.g. 79")
+    if code is not None:
+        checks.as_int(p, sub(path, "code"), code, lo=1, hi=0xFFFF)
+    if xid.get("id") is not None:
+        checks.as_str(p, sub(path, "id"), xid["id"])
+
+
+def check_xid_list(p: Problems, path: str, value: Any) -> None:
+    items = checks.as_list(p, path, value)
+    for pos, item in enumerate(items or ()):
+        check_xid(p, sub(path, pos), item)
+
+
+def _nvlink(p: Problems, raw: Any) -> NvlinkSpec | None:
+    if raw is None:
+        return None
+    nv = checks.as_mapping(p, "nvlink", raw)
+    if nv is None:
+        return None
+    checks.check_keys(p, "nvlink", nv, NVLINK_KEYS)
+    ints = {}
+    for key in ("version", "links_per_gpu", "bandwidth_per_link_mbps"):
+        value = checks.require(p, "nvlink", nv, key, "an integer >= 0")
+        ints[key] = None if value is None else checks.as_int(p, f"nvlink.{key}", value, lo=0)
+    c2c = nv.get("c2c_enabled", False)
+    c2c = checks.as_bool(p, "nvlink.c2c_enabled", c2c)
+    switches: list[SwitchSpec] = []
+    seen: set[str] = set()
+    for pos, item in enumerate(checks.as_list(p, "nvlink.switches", nv.get("switches", [])) or ()):
+        path = sub("nvlink.switches", pos)
+        sw = checks.as_mapping(p, path, item)
+        if sw is None:
+            continue
+        checks.check_keys(p, path, sw, SWITCH_KEYS)
+        bdf = checks.require(p, path, sw, "bdf", "a PCI address DDDD:BB:DD.F")
+        bdf = None if bdf is None else checks.as_bdf(p, sub(path, "bdf"), bdf)
+        uuid = checks.require(p, path, sw, "uuid", "the switch UUID")
+        uuid = None if uuid is None else checks.as_str(p, sub(path, "uuid"), uuid)
+        if bdf in seen:
+            p.add(sub(path, "bdf"), f"{bdf!r} repeats an earlier switch, expected unique addresses")
+        if bdf and uuid:
+            seen.add(bdf)
+            switches.append(SwitchSpec(bdf=bdf, uuid=uuid))
+    if None in ints.values() or c2c is None:
+        return None
+    return NvlinkSpec(c2c_enabled=c2c, switches=tuple(switches), fields=nv, **ints)
+
+
+def _roots(p: Problems, raw: Any, devices: list[DeviceSpec]) -> list[RootSpec]:
+    if raw is None:
+        return []
+    topo = checks.as_mapping(p, "pcie_topology", raw)
+    if topo is None:
+        return []
+    checks.check_keys(p, "pcie_topology", topo, PCIE_KEYS)
+    declared = {d.bus_id for d in devices}
+    owner: dict[str, str] = {}
+    ids: set[str] = set()
+    roots: list[RootSpec] = []
+    entries = checks.as_list(p, "pcie_topology.root_complexes", topo.get("root_complexes", []))
+    for pos, item in enumerate(entries or ()):
+        path = sub("pcie_topology.root_complexes", pos)
+        root = checks.as_mapping(p, path, item)
+        if root is None:
+            continue
+        checks.check_keys(p, path, root, ROOT_KEYS)
+        rid = checks.require(p, path, root, "id", "a root complex id pciDDDD:BB")
+        if rid is not None:
+            rid = checks.as_match(p, sub(path, "id"), rid, ROOT_ID_RE,
+                                  "a root complex id pciDDDD:BB")
+        if rid is not None:
+            rid = rid.lower()
+            if rid in ids:
+                p.add(sub(path, "id"), f"{rid!r} repeats an earlier root, expected unique ids")
+            ids.add(rid)
+        numa = checks.as_int(p, sub(path, "numa_node"), root.get("numa_node", 0), lo=-1)
+        cpulist = root.get("cpulist")
+        if cpulist is not None:
+            cpulist = checks.as_str(p, sub(path, "cpulist"), cpulist)
+        bdfs: list[str] = []
+        for dpos, dev in enumerate(checks.as_list(p, sub(path, "devices"), root.get("devices", []))
+                                   or ()):
+            dpath = sub(sub(path, "devices"), dpos)
+            bdf = checks.as_bdf(p, dpath, dev)
+            if bdf is None:
+                continue
+            if bdf in owner:
+                p.add(dpath, f"{dev!r} is already under {owner[bdf]}, expected each device "
+                      "under at most one root")
+                continue
+            if devices and bdf not in declared:
+                p.add(dpath, f"{dev!r} is not the pci.bus_id of any entry in devices")
+                continue
+            owner[bdf] = rid or path
+            bdfs.append(bdf)
+        if rid is not None and numa is not None:
+            roots.append(RootSpec(id=rid, numa_node=numa, devices=tuple(bdfs), cpulist=cpulist))
+    return roots
+
+
+def _infiniband(p: Problems, raw: Any) -> InfinibandSpec | None:
+    if raw is None:
+        return None
+    ib = checks.as_mapping(p, "infiniband", raw)
+    if ib is None:
+        return None
+    checks.check_keys(p, "infiniband", ib, IB_KEYS)
+    enabled = checks.as_bool(p, "infiniband.enabled", ib.get("enabled", True))
+    values: dict[str, Any] = {}
+    for key in ("hca_type", "fw_version", "hw_rev", "board_id", "link_layer", "port_state",
+                "phys_state", "guid_prefix", "node_desc_template"):
+        if ib.get(key) is not None:
+            values[key] = checks.as_str(p, f"infiniband.{key}", ib[key])
+    if ib.get("rate_gbps") is not None:
+        rate = checks.as_int(p, "infiniband.rate_gbps", ib["rate_gbps"])
+        if rate is not None and rate not in IB_RATES:
+            p.add("infiniband.rate_gbps", f"{rate} is not one of: "
+                  f"{', '.join(map(str, IB_RATES))} (EDR, HDR, NDR, XDR)")
+        values["rate_gbps"] = rate
+    if ib.get("hcas_per_gpu") is not None:
+        values["hcas_per_gpu"] = checks.as_int(p, "infiniband.hcas_per_gpu", ib["hcas_per_gpu"],
+                                               lo=1, hi=256)
+    if ib.get("hca_count") is not None:
+        values["hca_count"] = checks.as_int(p, "infiniband.hca_count", ib["hca_count"],
+                                            lo=1, hi=256)
+    if ib.get("guid_prefix") is not None and values.get("guid_prefix"):
+        digits = re.sub(r"[^0-9a-fA-F]", "", values["guid_prefix"])
+        if len(digits) < 6:
+            p.add("infiniband.guid_prefix", f"{ib['guid_prefix']!r} has fewer than 3 bytes, "
+                  "expected an OUI-led prefix like a088c2:0300:ab")
+    if not enabled or None in values.values():
+        return None
+    return InfinibandSpec(**values)
+
+
+# ---- loading -------------------------------------------------------------
+
+
+def is_builtin(name_or_path: str | Path) -> bool:
+    return isinstance(name_or_path, str) and name_or_path in BUILTIN_PROFILES
+
+
+def read_profile_text(name_or_path: str | Path) -> tuple[str, str]:
+    """(label, text) of a built-in profile name or a file path; ``SpecError`` if unreadable."""
+    if is_builtin(name_or_path):
+        name = str(name_or_path)
+        resource = importlib.resources.files("mokka.state") / "profiles" / f"{name}.yaml"
+        return f"{name}.yaml", resource.read_text(encoding="utf-8")
+    path = Path(name_or_path)
+    try:
+        return str(path), path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(
+            f"{path}: no such profile file, expected a readable YAML file or one of the "
+            f"built-in profiles {', '.join(BUILTIN_PROFILES)}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read the profile: {exc}") from None
+
+
+def parse_profile(text: str, *, source: str, name: str | None = None) -> Profile:
+    return Profile.from_mapping(load_yaml(text, source), source=source, name=name)
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A built-in profile by name (``h100``) or a profile file by path."""
+    label, text = read_profile_text(name_or_path)
+    return parse_profile(text, source=label, name=str(name_or_path))

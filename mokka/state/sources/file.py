@@ -1,0 +1,287 @@
+"""``FileSource``: the desired state from files, followed with inotify.
+
+Inputs: the profile (a built-in name, which never changes, or a file), the
+optional topology document and the optional overrides file.  The source
+watches the *directories* on the way to each file, follows every symlink on
+the way and watches both ends, and re-reads everything when a relevant name
+in one of them changes:
+
+* ConfigMap volume: ``/etc/mokka/config.yaml`` → ``..data/config.yaml``,
+  ``..data`` → ``..2026_…``; the kubelet writes a new ``..2026_…`` directory,
+  renames a ``..data_tmp`` link over ``..data`` and removes the old directory.
+  The rename of ``..data`` in ``/etc/mokka`` is the event that matters.
+* An editor's save: a temp file renamed over the file (``IN_MOVED_TO``).
+* ``mokka ctl``: the same rename, in the driver's config directory.
+
+Bursts are debounced (``debounce`` seconds of quiet, via ``trio.sleep`` so
+tests under ``autojump_clock`` cover it), then everything is re-read in one
+worker thread, the watch set is recomputed (a swapped ``..data`` points
+somewhere new) and the inputs are compiled.  A new generation is published
+only when the content hash changed; a parse or validation error publishes
+an error update that carries the last good state, which stays in force.
+
+``resync_interval`` re-reads everything regardless of events: the safety
+net for filesystems without inotify (NFS, some FUSE), an exhausted
+``max_user_watches``, or a watch that failed to install.  If inotify cannot
+be opened at all, the source logs it and relies on the resync alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import stat
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio_util
+
+from mokka.errors import SpecError
+from mokka.state.compile import NodeMeta, compile_state, load_inputs
+from mokka.state.model import State
+from mokka.state.profile import is_builtin
+from mokka.state.sources.base import SourceUpdate
+from mokka.state.sources.inotify import (
+    IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_Q_OVERFLOW, Event, Inotify,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Symlink hops followed before giving up (the kernel's own limit is 40).
+MAX_SYMLINK_HOPS = 40
+
+
+def watch_plan(path: str | os.PathLike[str]) -> dict[str, set[str]]:
+    """Directories to watch for ``path`` and, in each, the names that matter.
+
+    Every symlink on the way is recorded (the directory holding it, its
+    name) and followed; the final target's directory is recorded with the
+    file's name.  A component that does not exist yet is recorded in its
+    parent, so its creation is noticed.
+    """
+    plan: dict[str, set[str]] = {}
+    _walk(os.path.abspath(os.fspath(path)), plan, 0)
+    return plan
+
+
+def _walk(path: str, plan: dict[str, set[str]], hops: int) -> str | None:
+    """Resolve ``path`` like ``realpath``, recording watches; ``None`` if it does not resolve."""
+    if hops > MAX_SYMLINK_HOPS:
+        return None
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    current = "/"
+    for i, name in enumerate(parts):
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            plan.setdefault(current, set()).add(name)
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            plan.setdefault(current, set()).add(name)
+            try:
+                target = os.readlink(candidate)
+            except OSError:
+                return None
+            resolved = _walk(os.path.join(current, target), plan, hops + 1)
+            if resolved is None:
+                return None
+            current = resolved
+        else:
+            if i == len(parts) - 1:
+                plan.setdefault(current, set()).add(name)
+            current = candidate
+    return current
+
+
+@attrs.frozen
+class FileSourceStatistics:
+    """A snapshot for logs, health and tests."""
+
+    generation: int
+    #: input re-reads (after events, resyncs, or the first read)
+    reloads: int
+    #: inotify events read, relevant or not
+    events: int
+    #: directories currently watched
+    watched: tuple[str, ...]
+    inotify: bool
+
+
+async def _to_thread(fn: Callable[[], Any]) -> Any:
+    return await trio.to_thread.run_sync(fn)
+
+
+@attrs.define(eq=False, kw_only=True)
+class FileSource:
+    """See the module docstring; ``run`` is the ``StateSource`` entry point."""
+
+    #: built-in profile name or a profile file path
+    profile: str | Path
+    node_name: str
+    topology: Path | None = None
+    overrides: Path | None = None
+    feature_gates: Mapping[str, bool] = attrs.field(factory=dict)
+    #: seconds between full re-reads regardless of events; 0 disables
+    resync_interval: float = 60.0
+    #: seconds of quiet that end a burst of events; 0.1 s coalesces an editor's
+    #: or the kubelet's several steps while staying far below human notice
+    debounce: float = 0.1
+    #: a burst never delays a reload by more than this many seconds
+    max_delay: float = 2.0
+    #: opens the inotify descriptor (tests substitute one that fails)
+    open_inotify: Callable[[], Inotify] = Inotify.open
+    #: runs the blocking re-read; a worker thread by default (tests under
+    #: ``autojump_clock`` run it inline so virtual time cannot skip past it)
+    offload: Callable[[Callable[[], Any]], Awaitable[Any]] = _to_thread
+
+    _inotify: Inotify | None = attrs.field(default=None, init=False)
+    _watches: dict[int, tuple[str, frozenset[str]]] = attrs.field(factory=dict, init=False)
+    _generation: int = attrs.field(default=0, init=False)
+    _last_state: State | None = attrs.field(default=None, init=False)
+    _last_problems: tuple[str, ...] | None = attrs.field(default=None, init=False)
+    _reloads: int = attrs.field(default=0, init=False)
+    _events: int = attrs.field(default=0, init=False)
+
+    def statistics(self) -> FileSourceStatistics:
+        return FileSourceStatistics(
+            generation=self._generation, reloads=self._reloads, events=self._events,
+            watched=tuple(sorted(d for d, _ in self._watches.values())),
+            inotify=self._inotify is not None,
+        )
+
+    def paths(self) -> list[Path]:
+        """The files that feed the state (a built-in profile is not a file)."""
+        paths = [] if is_builtin(self.profile) else [Path(self.profile)]
+        paths += [p for p in (self.topology, self.overrides) if p is not None]
+        return paths
+
+    async def run(
+        self,
+        out: trio_util.AsyncValue[SourceUpdate | None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            self._inotify = self.open_inotify()
+        except OSError as exc:
+            logger.warning("inotify unavailable (%s); following the inputs by resync every %ss",
+                           exc, self.resync_interval)
+        try:
+            await self._reload(out)
+            task_status.started()
+            while True:
+                await self._wait_for_change()
+                await self._reload(out)
+        finally:
+            if self._inotify is not None:
+                self._inotify.close()
+                self._inotify = None
+
+    # ---- waiting -------------------------------------------------------
+
+    async def _wait_for_change(self) -> None:
+        """Return after a debounced burst of relevant events, or when a resync is due."""
+        interval = self.resync_interval if self.resync_interval > 0 else math.inf
+        with trio.move_on_after(interval):
+            await self._next_relevant()
+            with trio.move_on_after(self.max_delay):
+                while True:
+                    with trio.move_on_after(self.debounce) as quiet:
+                        await self._next_relevant()
+                    if quiet.cancelled_caught:
+                        break
+
+    async def _next_relevant(self) -> None:
+        if self._inotify is None:
+            await trio.sleep_forever()
+        assert self._inotify is not None
+        while True:
+            events = await self._inotify.read_events()
+            self._events += len(events)
+            if any([self._relevant(ev) for ev in events]):
+                return
+
+    def _relevant(self, ev: Event) -> bool:
+        if ev.mask & IN_Q_OVERFLOW:
+            return True  # events were lost: assume anything changed
+        entry = self._watches.get(ev.wd)
+        if entry is None:
+            return False  # a watch we dropped; its last events do not matter
+        if ev.mask & IN_IGNORED:
+            # the kernel dropped it (directory deleted): re-plan
+            del self._watches[ev.wd]
+            return True
+        if not ev.name:
+            return bool(ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF))
+        return ev.name in entry[1]
+
+    # ---- reading -------------------------------------------------------
+
+    async def _reload(self, out: trio_util.AsyncValue[SourceUpdate | None]) -> None:
+        self._reloads += 1
+        result = await self.offload(self._read)
+        now = trio.current_time()
+        if isinstance(result, SpecError):
+            if result.problems != self._last_problems:
+                logger.warning("desired state inputs are invalid, keeping generation %d: %s",
+                               self._generation, result)
+                out.value = SourceUpdate(state=self._last_state, error=result, at=now)
+            self._last_problems = result.problems
+            return
+        recovered = self._last_problems is not None
+        self._last_problems = None
+        if self._last_state is not None and result.content_hash == self._last_state.content_hash:
+            if recovered:
+                out.value = SourceUpdate(state=self._last_state, error=None, at=now)
+            return
+        self._generation = result.generation
+        self._last_state = result
+        logger.info("desired state generation %d (profile %s, %d GPUs, hash %s)",
+                    result.generation, result.profile_name, len(result.gpus),
+                    result.content_hash[:12])
+        out.value = SourceUpdate(state=result, error=None, at=now)
+
+    def _read(self) -> State | SpecError:
+        """Blocking: re-plan the watches, then read and compile every input."""
+        self._rewatch()
+        try:
+            profile, topology, overrides = load_inputs(self.profile, self.topology, self.overrides)
+            return compile_state(
+                profile,
+                node=NodeMeta(node_name=self.node_name, feature_gates=dict(self.feature_gates)),
+                topology=topology, overrides=overrides, generation=self._generation + 1,
+            )
+        except SpecError as exc:
+            return exc
+        except OSError as exc:
+            return SpecError(f"{exc.filename or 'input'}: cannot read: {exc.strerror or exc}")
+
+    def _rewatch(self) -> None:
+        """Watch exactly the directories the inputs resolve through now."""
+        if self._inotify is None:
+            return
+        plan: dict[str, set[str]] = {}
+        for path in self.paths():
+            for directory, names in watch_plan(path).items():
+                plan.setdefault(directory, set()).update(names)
+        watches: dict[int, tuple[str, frozenset[str]]] = {}
+        for directory, names in sorted(plan.items()):
+            try:
+                wd = self._inotify.add_watch(directory)
+            except OSError as exc:
+                logger.warning("cannot watch %s (%s); relying on the resync every %ss",
+                               directory, exc, self.resync_interval)
+                continue
+            previous = watches.get(wd, (directory, frozenset()))[1]
+            watches[wd] = (directory, previous | frozenset(names))
+        for wd in set(self._watches) - set(watches):
+            self._inotify.rm_watch(wd)
+        self._watches = watches

@@ -1,0 +1,136 @@
+"""The ComputeDomain topology document: which nodes share an NVLink clique.
+
+Two spellings are accepted, because both exist in the wild:
+
+* the plain document, ``version: 1`` and ``domains:`` at the top;
+* the upstream chart's example, wrapped as ``topology: {enabled, domains}``
+  (``enabled: false`` means no topology at all).
+
+Each domain has a ``uuid`` (the fabric cluster UUID its GPUs report), an
+optional ``name`` and ``cliques``, each with an ``id`` (the fabric clique
+id) and the ``nodes`` in it.  The first clique listing a node gives it its
+fabric identity (``Topology.placement``).  The parsed value is
+``mokka.state.model.Topology``; it keeps the text as read, which the nvlink
+simulator stages verbatim.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mokka.state import checks
+from mokka.state.checks import Problems, load_yaml, read_optional, sub
+from mokka.state.model import Clique, Domain, Topology
+
+DOCUMENT_KEYS = ("version", "domains")
+WRAPPED_KEYS = ("enabled", "domains", "version")
+DOMAIN_KEYS = ("name", "uuid", "cliques")
+CLIQUE_KEYS = ("id", "nodes")
+
+
+def topology_from_mapping(doc: Any, *, source: str, text: str = "") -> Topology | None:
+    """Validate ``yaml.safe_load`` output; ``None`` for an empty or disabled document."""
+    if doc is None:
+        return None
+    p = Problems(source)
+    top = checks.as_mapping(p, "(document)", doc)
+    p.raise_if_any()
+    assert top is not None
+    top = checks.normalize_numbers(top)
+    prefix = ""
+    if "topology" in top:
+        # the upstream chart's spelling: topology: {enabled, domains}
+        checks.check_keys(p, "", top, ("topology", "version"))
+        inner = checks.as_mapping(p, "topology", top["topology"])
+        p.raise_if_any()
+        assert inner is not None
+        checks.check_keys(p, "topology", inner, WRAPPED_KEYS)
+        enabled = checks.as_bool(p, "topology.enabled", inner.get("enabled", True))
+        if enabled is False:
+            p.raise_if_any()
+            return None
+        body, prefix = inner, "topology"
+        version = inner.get("version", top.get("version", 1))
+    else:
+        checks.check_keys(p, "", top, DOCUMENT_KEYS)
+        body = top
+        version = checks.require(p, "", top, "version", "1")
+    if version is not None and (isinstance(version, bool) or str(version).split(".")[0] != "1"):
+        p.add(sub(prefix, "version"), f"{checks.found(version)} is not supported, expected 1")
+    domains = _domains(p, prefix, body)
+    p.raise_if_any()
+    return Topology(domains=tuple(domains), text=text, source=source)
+
+
+def _domains(p: Problems, prefix: str, body: dict[str, Any]) -> list[Domain]:
+    path = sub(prefix, "domains")
+    raw = checks.require(p, prefix, body, "domains", "a list of domains with uuid and cliques")
+    items = checks.as_list(p, path, raw) if raw is not None else None
+    domains: list[Domain] = []
+    seen: dict[str, int] = {}
+    for pos, item in enumerate(items or ()):
+        dpath = sub(path, pos)
+        dom = checks.as_mapping(p, dpath, item)
+        if dom is None:
+            continue
+        checks.check_keys(p, dpath, dom, DOMAIN_KEYS)
+        name = dom.get("name")
+        if name is not None:
+            name = checks.as_str(p, sub(dpath, "name"), name)
+        uuid = checks.require(p, dpath, dom, "uuid", "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+        if uuid is not None:
+            uuid = checks.as_match(p, sub(dpath, "uuid"), uuid, checks.UUID_RE,
+                                   "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+        if uuid is not None:
+            uuid = uuid.lower()
+            if uuid in seen:
+                p.add(sub(dpath, "uuid"), f"{uuid!r} repeats domains[{seen[uuid]}], expected "
+                      "a unique UUID per domain")
+            seen.setdefault(uuid, pos)
+        cliques = _cliques(p, dpath, dom)
+        if uuid is not None:
+            domains.append(Domain(uuid=uuid, cliques=tuple(cliques), name=name))
+    return domains
+
+
+def _cliques(p: Problems, dpath: str, dom: dict[str, Any]) -> list[Clique]:
+    path = sub(dpath, "cliques")
+    raw = checks.require(p, dpath, dom, "cliques", "a list of cliques with id and nodes")
+    items = checks.as_list(p, path, raw) if raw is not None else None
+    cliques: list[Clique] = []
+    ids: dict[int, int] = {}
+    for pos, item in enumerate(items or ()):
+        cpath = sub(path, pos)
+        clique = checks.as_mapping(p, cpath, item)
+        if clique is None:
+            continue
+        checks.check_keys(p, cpath, clique, CLIQUE_KEYS)
+        cid = checks.require(p, cpath, clique, "id", "the clique id (an integer >= 0)")
+        if cid is not None:
+            cid = checks.as_int(p, sub(cpath, "id"), cid, lo=0)
+        if cid is not None:
+            if cid in ids:
+                p.add(sub(cpath, "id"), f"{cid} repeats cliques[{ids[cid]}], expected a unique "
+                      "id per clique in a domain")
+            ids.setdefault(cid, pos)
+        nodes_raw = checks.require(p, cpath, clique, "nodes", "a list of node names")
+        nodes = checks.as_list(p, sub(cpath, "nodes"), nodes_raw) if nodes_raw is not None else None
+        names: list[str] = []
+        for npos, node in enumerate(nodes or ()):
+            name = checks.as_str(p, sub(sub(cpath, "nodes"), npos), node)
+            if name is not None:
+                names.append(name)
+        if cid is not None and nodes is not None:
+            cliques.append(Clique(id=cid, nodes=tuple(names)))
+    return cliques
+
+
+def parse_topology(text: str, *, source: str) -> Topology | None:
+    return topology_from_mapping(load_yaml(text, source), source=source, text=text)
+
+
+def load_topology(path: Path) -> Topology | None:
+    """The topology document at ``path``; ``None`` when absent, empty or disabled."""
+    text = read_optional(path, "topology document")
+    return None if text is None else parse_topology(text, source=str(path))

@@ -1,0 +1,58 @@
+"""Build target for ``libmockfs.so``, the filesystem LD_PRELOAD shim.
+
+``native/build.py`` loads this file and calls ``build(out_dir, cc)``.  The
+shim is plain C against glibc (``dlsym``, ``pthread_once``): no third-party
+library, warnings are errors.  ``_FORTIFY_SOURCE`` is forced off because
+the shim *defines* ``open`` and friends, which fortified headers turn into
+inline wrappers; ``-fvisibility=hidden`` keeps every helper out of the
+dynamic symbol table so only the hooks interpose.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+#: The artifact name (``mokka.native.MOCKFS_LIBRARY``); kept literal here so
+#: the native build does not need the Python package importable.
+LIBRARY = "libmockfs.so"
+
+SOURCES = ("config.c", "rewrite.c", "hooks_open.c", "hooks_stat.c", "hooks_path.c")
+
+CFLAGS = (
+    "-std=gnu11",
+    "-O2",
+    "-g",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-U_FORTIFY_SOURCE",
+    "-D_FORTIFY_SOURCE=0",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wl,-z,defs",
+    "-Wl,-soname," + LIBRARY,
+)
+
+
+def build(out_dir: Path, cc: str) -> list[Path]:
+    """Compile the shim into ``out_dir/libmockfs.so`` and return its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / LIBRARY
+    # Build beside the target and rename, so a concurrent reader never maps
+    # a half-written library.
+    partial = out_dir / f".{LIBRARY}.partial"
+    argv = [cc, *CFLAGS, "-o", str(partial), *(str(HERE / s) for s in SOURCES), "-ldl", "-pthread"]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(
+            f"native build: mockfs: {' '.join(argv)} failed with exit code "
+            f"{result.returncode}:\n{result.stderr}"
+        )
+    partial.replace(output)
+    return [output]

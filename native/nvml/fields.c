@@ -1,0 +1,217 @@
+/*
+ * nvmlDeviceGetFieldValues: NVML's generic telemetry query.
+ *
+ * The call itself succeeds and each entry carries its own nvmlReturn.
+ * nvidia-smi 535 depends on that: `-q` reads every power limit through
+ * fields 187-192 (scope 0 = GPU, 1 = module) and prints whatever the
+ * entry holds, so an entry must never be left unwritten.  `topo -m` asks
+ * field 147 (links to an NVSwitch) to print NV<n>.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "mock.h"
+
+/* Per-link NVLink speed fields: links 0-5, then 6-11. */
+static int nvlink_speed_link(unsigned field)
+{
+    if (field >= NVML_FI_DEV_NVLINK_SPEED_MBPS_L0 && field <= NVML_FI_DEV_NVLINK_SPEED_MBPS_L5)
+        return (int)(field - NVML_FI_DEV_NVLINK_SPEED_MBPS_L0);
+    if (field >= NVML_FI_DEV_NVLINK_SPEED_MBPS_L6 && field <= NVML_FI_DEV_NVLINK_SPEED_MBPS_L11)
+        return (int)(field - NVML_FI_DEV_NVLINK_SPEED_MBPS_L6) + 6;
+    return -1;
+}
+
+static void set_uint(nvmlFieldValue_t *v, int found, unsigned long long value)
+{
+    v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    v->value.uiVal = (unsigned)value;
+    v->nvmlReturn = found ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+static void set_ull(nvmlFieldValue_t *v, int found, unsigned long long value)
+{
+    v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+    v->value.ullVal = value;
+    v->nvmlReturn = found ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* One ECC counter field: which error type, counter and location. */
+static int ecc_field(unsigned field, const char **counter, const char **type, const char **where)
+{
+    static const struct {
+        unsigned id;
+        const char *counter, *type, *where;
+    } map[] = {
+        {NVML_FI_DEV_ECC_SBE_VOL_TOTAL, "volatile", "single_bit", "total"},
+        {NVML_FI_DEV_ECC_DBE_VOL_TOTAL, "volatile", "double_bit", "total"},
+        {NVML_FI_DEV_ECC_SBE_AGG_TOTAL, "aggregate", "single_bit", "total"},
+        {NVML_FI_DEV_ECC_DBE_AGG_TOTAL, "aggregate", "double_bit", "total"},
+        {NVML_FI_DEV_ECC_SBE_VOL_L1, "volatile", "single_bit", "l1_cache"},
+        {NVML_FI_DEV_ECC_DBE_VOL_L1, "volatile", "double_bit", "l1_cache"},
+        {NVML_FI_DEV_ECC_SBE_VOL_L2, "volatile", "single_bit", "l2_cache"},
+        {NVML_FI_DEV_ECC_DBE_VOL_L2, "volatile", "double_bit", "l2_cache"},
+        {NVML_FI_DEV_ECC_SBE_VOL_DEV, "volatile", "single_bit", "device_memory"},
+        {NVML_FI_DEV_ECC_DBE_VOL_DEV, "volatile", "double_bit", "device_memory"},
+        {NVML_FI_DEV_ECC_SBE_VOL_REG, "volatile", "single_bit", "register_file"},
+        {NVML_FI_DEV_ECC_DBE_VOL_REG, "volatile", "double_bit", "register_file"},
+        {NVML_FI_DEV_ECC_SBE_VOL_TEX, "volatile", "single_bit", "texture_memory"},
+        {NVML_FI_DEV_ECC_DBE_VOL_TEX, "volatile", "double_bit", "texture_memory"},
+        {NVML_FI_DEV_ECC_SBE_AGG_L1, "aggregate", "single_bit", "l1_cache"},
+        {NVML_FI_DEV_ECC_DBE_AGG_L1, "aggregate", "double_bit", "l1_cache"},
+        {NVML_FI_DEV_ECC_SBE_AGG_L2, "aggregate", "single_bit", "l2_cache"},
+        {NVML_FI_DEV_ECC_DBE_AGG_L2, "aggregate", "double_bit", "l2_cache"},
+        {NVML_FI_DEV_ECC_SBE_AGG_DEV, "aggregate", "single_bit", "device_memory"},
+        {NVML_FI_DEV_ECC_DBE_AGG_DEV, "aggregate", "double_bit", "device_memory"},
+        {NVML_FI_DEV_ECC_SBE_AGG_REG, "aggregate", "single_bit", "register_file"},
+        {NVML_FI_DEV_ECC_DBE_AGG_REG, "aggregate", "double_bit", "register_file"},
+        {NVML_FI_DEV_ECC_SBE_AGG_TEX, "aggregate", "single_bit", "texture_memory"},
+        {NVML_FI_DEV_ECC_DBE_AGG_TEX, "aggregate", "double_bit", "texture_memory"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+        if (map[i].id == field) {
+            *counter = map[i].counter;
+            *type = map[i].type;
+            *where = map[i].where;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Power fields in mW; scope 1 (the module) has no separate figures here. */
+static const char *power_field(unsigned field)
+{
+    switch (field) {
+    case NVML_FI_DEV_POWER_AVERAGE:
+    case NVML_FI_DEV_POWER_INSTANT: return "power.current_draw_mw";
+    case NVML_FI_DEV_POWER_MIN_LIMIT: return "power.min_limit_mw";
+    case NVML_FI_DEV_POWER_MAX_LIMIT: return "power.max_limit_mw";
+    case NVML_FI_DEV_POWER_DEFAULT_LIMIT: return "power.default_limit_mw";
+    case NVML_FI_DEV_POWER_CURRENT_LIMIT:
+    case NVML_FI_DEV_POWER_REQUESTED_LIMIT: return "power.enforced_limit_mw";
+    default: return NULL;
+    }
+}
+
+static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v)
+{
+    unsigned long long n = 0;
+    unsigned u = 0;
+    int found, on = 0;
+    const char *counter, *type, *where, *power;
+    unsigned links = mock_link_count(cfg, pos);
+    int speed_link = nvlink_speed_link(v->fieldId);
+
+    v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    v->value.ullVal = 0;
+
+    if ((power = power_field(v->fieldId)) != NULL) {
+        found = v->scopeId == 0 && mock_dev_u64(cfg, pos, power, &n);
+        set_uint(v, found, n);
+        return;
+    }
+    if (ecc_field(v->fieldId, &counter, &type, &where)) {
+        char field[128];
+        snprintf(field, sizeof field, "ecc.errors.%s.%s.%s", counter, type, where);
+        found = mock_dev_u64(cfg, pos, field, &n);
+        if (found && type[0] == 'd' && mock_dev_is(cfg, pos, "failure.mode", "ecc_uncorrectable") &&
+            (where[0] == 't' || where[0] == 'd'))
+            n += mock_failure_ecc_extra(pos); /* totals and device memory climb */
+        set_ull(v, found, n);
+        return;
+    }
+    if (speed_link >= 0) {
+        found = (unsigned)speed_link < links &&
+                mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
+        set_uint(v, found, n);
+        return;
+    }
+    switch (v->fieldId) {
+    case NVML_FI_DEV_ECC_CURRENT:
+    case NVML_FI_DEV_ECC_PENDING:
+        found = mock_dev_bool(cfg, pos,
+                              v->fieldId == NVML_FI_DEV_ECC_CURRENT ? "ecc.mode_current"
+                                                                     : "ecc.mode_pending",
+                              &on);
+        set_uint(v, found, (unsigned)on);
+        break;
+    case NVML_FI_DEV_MEMORY_TEMP:
+        found = mock_dev_uint(cfg, pos, "thermal.temperature_memory_c", &u);
+        set_uint(v, found, u);
+        break;
+    case NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
+    case NVML_FI_DEV_NVLINK_GET_SPEED:
+        found = links > 0 && mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
+        set_uint(v, found, n);
+        break;
+    case NVML_FI_DEV_NVLINK_LINK_COUNT:
+        set_uint(v, 1, links);
+        break;
+    case NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT:
+        set_uint(v, 1, mock_nvswitch_link_count(cfg, pos));
+        break;
+    case NVML_FI_DEV_PCIE_REPLAY_COUNTER:
+        found = mock_dev_uint(cfg, pos, "pcie.replay_counter", &u);
+        set_uint(v, found, u);
+        break;
+    case NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
+        set_uint(v, 1, 0);
+        break;
+    case NVML_FI_DEV_ENERGY:
+        found = v->scopeId == 0 && mock_dev_u64(cfg, pos, "power.total_energy_consumption_mj", &n);
+        set_ull(v, found, n);
+        break;
+    case NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT:
+    case NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT:
+    case NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT:
+    case NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT: {
+        static const char *const names[] = {"thermal.shutdown_tlimit_c", "thermal.slowdown_tlimit_c",
+                                            "thermal.memory_max_tlimit_c",
+                                            "thermal.gpu_max_tlimit_c"};
+        int t = 0;
+        found = mock_dev_int(cfg, pos, names[v->fieldId - NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT],
+                             &t);
+        v->valueType = NVML_VALUE_TYPE_SIGNED_INT;
+        v->value.siVal = t;
+        v->nvmlReturn = found ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+        break;
+    }
+    case NVML_FI_DEV_RESET_STATUS:
+    case NVML_FI_DEV_DRAIN_AND_RESET_STATUS:
+    case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+        set_uint(v, 1, 0); /* no reset or drain needed */
+        break;
+    default:
+        break; /* NOT_SUPPORTED, already set */
+    }
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                               nvmlFieldValue_t *values)
+{
+    if (values == NULL || valuesCount < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    struct timeval now;
+    gettimeofday(&now, NULL);
+    long long stamp = (long long)now.tv_sec * 1000000LL + now.tv_usec;
+    for (int i = 0; i < valuesCount; i++) {
+        values[i].timestamp = stamp;
+        values[i].latencyUsec = 0;
+        if (r != NVML_SUCCESS) {
+            /* Every entry says why, even when the whole call fails. */
+            values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            values[i].value.ullVal = 0;
+            values[i].nvmlReturn = r;
+            continue;
+        }
+        fill_field(c.cfg, c.pos, &values[i]);
+    }
+    if (r == NVML_SUCCESS)
+        mock_end(&c);
+    return r;
+}

@@ -1,0 +1,470 @@
+/*
+ * Frame buffer and BAR1 memory, ECC, retired pages, remapped rows, and
+ * the processes using a GPU.
+ *
+ * Memory figures come from the profile's `memory` block.  NVML has two
+ * views of the same numbers: the old nvmlDeviceGetMemoryInfo counts the
+ * driver's reservation as used, _v2 reports it separately; both are
+ * derived here from one set of fields so they always agree.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "mock.h"
+
+struct fb_usage {
+    unsigned long long total, reserved, used, free;
+};
+
+/* 0 when the profile has no memory size. */
+static int fb_usage(const struct mock_config *cfg, unsigned pos, struct fb_usage *fb)
+{
+    memset(fb, 0, sizeof *fb);
+    if (!mock_dev_u64(cfg, pos, "memory.total_bytes", &fb->total))
+        return 0;
+    mock_dev_u64(cfg, pos, "memory.reserved_bytes", &fb->reserved);
+    mock_dev_u64(cfg, pos, "memory.used_bytes", &fb->used);
+    if (fb->reserved > fb->total)
+        fb->reserved = fb->total;
+    if (fb->used > fb->total - fb->reserved)
+        fb->used = fb->total - fb->reserved;
+    fb->free = fb->total - fb->reserved - fb->used;
+    return 1;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    if (memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    struct fb_usage fb;
+    if (fb_usage(c.cfg, c.pos, &fb)) {
+        memory->total = fb.total;
+        memory->used = fb.used + fb.reserved;
+        memory->free = fb.free;
+    } else {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    }
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    if (memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    struct fb_usage fb;
+    if (fb_usage(c.cfg, c.pos, &fb)) {
+        memory->total = fb.total;
+        memory->reserved = fb.reserved;
+        memory->used = fb.used;
+        memory->free = fb.free;
+    } else {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    }
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+    if (bar1Memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned long long total, used = 0;
+    if (mock_dev_u64(c.cfg, c.pos, "bar1_memory.total_bytes", &total)) {
+        mock_dev_u64(c.cfg, c.pos, "bar1_memory.used_bytes", &used);
+        if (used > total)
+            used = total;
+        bar1Memory->bar1Total = total;
+        bar1Memory->bar1Used = used;
+        bar1Memory->bar1Free = total - used;
+    } else {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    }
+    mock_end(&c);
+    return r;
+}
+
+/* --------------------------------------------------------------------- ECC */
+
+static nvmlReturn_t ecc_modes(nvmlDevice_t device, const char *first, const char *second,
+                              nvmlEnableState_t *a, nvmlEnableState_t *b)
+{
+    if (a == NULL || (second != NULL && b == NULL))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    int on, pending;
+    if (!mock_dev_bool(c.cfg, c.pos, first, &on)) {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        *a = on ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+        if (second != NULL) {
+            if (!mock_dev_bool(c.cfg, c.pos, second, &pending))
+                pending = on;
+            *b = pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+        }
+    }
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
+                                           nvmlEnableState_t *pending)
+{
+    return ecc_modes(device, "ecc.mode_current", "ecc.mode_pending", current, pending);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device,
+                                                  nvmlEnableState_t *defaultMode)
+{
+    return ecc_modes(device, "ecc.default_mode", NULL, defaultMode, NULL);
+}
+
+/* Reads ecc.errors.<volatile|aggregate>.<single_bit|double_bit>.<location>,
+ * adding the errors an `ecc_uncorrectable` failure has accumulated. */
+static int ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
+                     nvmlEccCounterType_t counter, const char *location, int with_extra,
+                     unsigned long long *out)
+{
+    char field[128];
+    snprintf(field, sizeof field, "ecc.errors.%s.%s.%s",
+             counter == NVML_VOLATILE_ECC ? "volatile" : "aggregate",
+             type == NVML_MEMORY_ERROR_TYPE_CORRECTED ? "single_bit" : "double_bit", location);
+    unsigned long long value = 0;
+    int found = mock_dev_u64(cfg, pos, field, &value);
+    if (!found && mock_dev_get(cfg, pos, "ecc.mode_current") == NULL)
+        return 0;
+    if (with_extra && type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED &&
+        mock_dev_is(cfg, pos, "failure.mode", "ecc_uncorrectable"))
+        value += mock_failure_ecc_extra(pos);
+    *out = value;
+    return 1;
+}
+
+static int valid_ecc_args(nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter)
+{
+    return (unsigned)type < NVML_MEMORY_ERROR_TYPE_COUNT &&
+           (unsigned)counter < NVML_ECC_COUNTER_TYPE_COUNT;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                  nvmlMemoryErrorType_t errorType,
+                                                  nvmlEccCounterType_t counterType,
+                                                  unsigned long long *eccCounts)
+{
+    if (eccCounts == NULL || !valid_ecc_args(errorType, counterType))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!ecc_count(c.cfg, c.pos, errorType, counterType, "total", 1, eccCounts))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device,
+                                                     nvmlMemoryErrorType_t errorType,
+                                                     nvmlEccCounterType_t counterType,
+                                                     nvmlEccErrorCounts_t *eccCounts)
+{
+    if (eccCounts == NULL || !valid_ecc_args(errorType, counterType))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!ecc_count(c.cfg, c.pos, errorType, counterType, "l1_cache", 0, &eccCounts->l1Cache) ||
+        !ecc_count(c.cfg, c.pos, errorType, counterType, "l2_cache", 0, &eccCounts->l2Cache) ||
+        !ecc_count(c.cfg, c.pos, errorType, counterType, "device_memory", 1,
+                   &eccCounts->deviceMemory) ||
+        !ecc_count(c.cfg, c.pos, errorType, counterType, "register_file", 0,
+                   &eccCounts->registerFile))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device,
+                                                      nvmlMemoryErrorType_t errorType,
+                                                      nvmlEccCounterType_t counterType,
+                                                      nvmlMemoryLocation_t locationType,
+                                                      unsigned long long *count)
+{
+    static const char *const locations[] = {
+        [NVML_MEMORY_LOCATION_L1_CACHE] = "l1_cache",
+        [NVML_MEMORY_LOCATION_L2_CACHE] = "l2_cache",
+        [NVML_MEMORY_LOCATION_DEVICE_MEMORY] = "device_memory",
+        [NVML_MEMORY_LOCATION_REGISTER_FILE] = "register_file",
+        [NVML_MEMORY_LOCATION_TEXTURE_MEMORY] = "texture_memory",
+        [NVML_MEMORY_LOCATION_TEXTURE_SHM] = "texture_shm",
+        [NVML_MEMORY_LOCATION_CBU] = "cbu",
+        [NVML_MEMORY_LOCATION_SRAM] = "sram",
+    };
+    if (count == NULL || !valid_ecc_args(errorType, counterType) ||
+        (unsigned)locationType >= sizeof locations / sizeof *locations)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    int dram = locationType == NVML_MEMORY_LOCATION_DEVICE_MEMORY;
+    if (!ecc_count(c.cfg, c.pos, errorType, counterType, locations[locationType], dram, count))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
+/* ------------------------------------------------- retired pages, row remap */
+
+static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+                                  unsigned int *pageCount, unsigned long long *addresses,
+                                  unsigned long long *timestamps)
+{
+    if (pageCount == NULL || (unsigned)cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    const char *block = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+                            ? "retired_pages.double_bit_retirement"
+                            : "retired_pages.single_bit_retirement";
+    char field[128];
+    unsigned count;
+    snprintf(field, sizeof field, "%s.addresses.count", block);
+    if (!mock_dev_uint(c.cfg, c.pos, field, &count)) {
+        snprintf(field, sizeof field, "%s.count", block);
+        if (!mock_dev_uint(c.cfg, c.pos, field, &count)) {
+            mock_end(&c);
+            return NVML_ERROR_NOT_SUPPORTED;
+        }
+        count = 0; /* a count without addresses lists no pages */
+    }
+    if (addresses == NULL || *pageCount == 0) {
+        *pageCount = count;
+    } else {
+        unsigned n = count < *pageCount ? count : *pageCount;
+        for (unsigned i = 0; i < n; i++) {
+            unsigned long long address = 0;
+            snprintf(field, sizeof field, "%s.addresses.%u", block, i);
+            mock_dev_u64(c.cfg, c.pos, field, &address);
+            addresses[i] = address;
+            if (timestamps != NULL)
+                timestamps[i] = 0;
+        }
+        if (count > *pageCount)
+            r = NVML_ERROR_INSUFFICIENT_SIZE;
+        *pageCount = count;
+    }
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device,
+                                                nvmlPageRetirementCause_t cause,
+                                                unsigned int *pageCount,
+                                                unsigned long long *addresses)
+{
+    return retired_pages(device, cause, pageCount, addresses, NULL);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device,
+                                                   nvmlPageRetirementCause_t cause,
+                                                   unsigned int *pageCount,
+                                                   unsigned long long *addresses,
+                                                   unsigned long long *timestamps)
+{
+    return retired_pages(device, cause, pageCount, addresses, timestamps);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                             nvmlEnableState_t *isPending)
+{
+    if (isPending == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    int pending;
+    if (mock_dev_bool(c.cfg, c.pos, "retired_pages.pending_retirement", &pending))
+        *isPending = pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    else
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                                unsigned int *uncRows, unsigned int *isPending,
+                                                unsigned int *failureOccurred)
+{
+    if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    int pending = 0, failed = 0;
+    if (!mock_dev_uint(c.cfg, c.pos, "remapped_rows.correctable", corrRows)) {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        *uncRows = 0;
+        mock_dev_uint(c.cfg, c.pos, "remapped_rows.uncorrectable", uncRows);
+        mock_dev_bool(c.cfg, c.pos, "remapped_rows.pending", &pending);
+        mock_dev_bool(c.cfg, c.pos, "remapped_rows.failure_occurred", &failed);
+        *isPending = (unsigned)pending;
+        *failureOccurred = (unsigned)failed;
+    }
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device,
+                                                        nvmlRowRemapperHistogramValues_t *values)
+{
+    if (values == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(values, 0, sizeof *values);
+    if (!mock_dev_uint(c.cfg, c.pos, "remapped_rows.availability_histogram.max", &values->max)) {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        mock_dev_uint(c.cfg, c.pos, "remapped_rows.availability_histogram.high", &values->high);
+        mock_dev_uint(c.cfg, c.pos, "remapped_rows.availability_histogram.partial",
+                      &values->partial);
+        mock_dev_uint(c.cfg, c.pos, "remapped_rows.availability_histogram.low", &values->low);
+        mock_dev_uint(c.cfg, c.pos, "remapped_rows.availability_histogram.none", &values->none);
+    }
+    mock_end(&c);
+    return r;
+}
+
+/* --------------------------------------------------------------- processes */
+
+enum process_kind { PROCESS_COMPUTE, PROCESS_GRAPHICS };
+
+/* Lists the configured processes of one kind into v1 or v2 records. */
+static nvmlReturn_t running_processes(nvmlDevice_t device, enum process_kind kind,
+                                      unsigned int *infoCount, nvmlProcessInfo_v1_t *v1,
+                                      nvmlProcessInfo_t *v2)
+{
+    if (infoCount == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned total = 0, found = 0;
+    mock_dev_uint(c.cfg, c.pos, "processes.count", &total);
+    int want_output = (v1 != NULL || v2 != NULL) && *infoCount > 0;
+    for (unsigned i = 0; i < total; i++) {
+        char field[64];
+        snprintf(field, sizeof field, "processes.%u.type", i);
+        int graphics = mock_dev_is(c.cfg, c.pos, field, "graphics");
+        if (graphics != (kind == PROCESS_GRAPHICS))
+            continue;
+        unsigned pid = 0;
+        unsigned long long used = 0;
+        snprintf(field, sizeof field, "processes.%u.pid", i);
+        mock_dev_uint(c.cfg, c.pos, field, &pid);
+        snprintf(field, sizeof field, "processes.%u.used_memory_bytes", i);
+        mock_dev_u64(c.cfg, c.pos, field, &used);
+        if (want_output && found < *infoCount) {
+            if (v1 != NULL) {
+                v1[found].pid = pid;
+                v1[found].usedGpuMemory = used;
+            } else {
+                v2[found].pid = pid;
+                v2[found].usedGpuMemory = used;
+                v2[found].gpuInstanceId = 0xFFFFFFFFu; /* not a MIG device */
+                v2[found].computeInstanceId = 0xFFFFFFFFu;
+            }
+        }
+        found++;
+    }
+    if (found > *infoCount || (!want_output && found > 0))
+        r = NVML_ERROR_INSUFFICIENT_SIZE;
+    *infoCount = found;
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                              unsigned int *infoCount,
+                                                              nvmlProcessInfo_t *infos)
+{
+    return running_processes(device, PROCESS_COMPUTE, infoCount, NULL, infos);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                              unsigned int *infoCount,
+                                                              nvmlProcessInfo_v2_t *infos)
+{
+    return running_processes(device, PROCESS_COMPUTE, infoCount, NULL, infos);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                           unsigned int *infoCount,
+                                                           nvmlProcessInfo_v1_t *infos)
+{
+    return running_processes(device, PROCESS_COMPUTE, infoCount, infos, NULL);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
+                                                               unsigned int *infoCount,
+                                                               nvmlProcessInfo_t *infos)
+{
+    return running_processes(device, PROCESS_GRAPHICS, infoCount, NULL, infos);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device,
+                                                               unsigned int *infoCount,
+                                                               nvmlProcessInfo_v2_t *infos)
+{
+    return running_processes(device, PROCESS_GRAPHICS, infoCount, NULL, infos);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_v1_t *infos)
+{
+    return running_processes(device, PROCESS_GRAPHICS, infoCount, infos, NULL);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                 unsigned int *infoCount,
+                                                                 nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    if (infoCount == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    *infoCount = 0; /* no MPS server runs on a simulated GPU */
+    mock_end(&c);
+    return r;
+}

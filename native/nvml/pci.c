@@ -1,0 +1,378 @@
+/*
+ * PCI identity, PCIe link state, and the topology derived from the
+ * profile's root complexes.
+ *
+ * Topology levels follow what a real host reports for the same layout:
+ * the same GPU is INTERNAL; two GPUs under one root complex meet at its
+ * host bridge (HOSTBRIDGE, "PHB"); different root complexes on one NUMA
+ * node meet in the CPU (NODE); different NUMA nodes cross the socket
+ * interconnect (SYSTEM).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mock.h"
+
+/* Fills the PCI fields every nvmlPciInfo_t version shares. */
+static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci, int full)
+{
+    unsigned v = 0, d = 0, sv = 0, sd = 0;
+    mock_dev_uint(cfg, pos, "pci.domain", &pci->domain);
+    mock_dev_uint(cfg, pos, "pci.bus", &pci->bus);
+    mock_dev_uint(cfg, pos, "pci.slot", &pci->device);
+    mock_dev_uint(cfg, pos, "pci.vendor_id", &v);
+    mock_dev_uint(cfg, pos, "pci.device_id", &d);
+    mock_dev_uint(cfg, pos, "pci.subsystem_vendor_id", &sv);
+    mock_dev_uint(cfg, pos, "pci.subsystem_device_id", &sd);
+    /* NVML packs device and vendor ids: 0x233010DE. */
+    pci->pciDeviceId = (d << 16) | (v & 0xffff);
+    pci->pciSubSystemId = (sd << 16) | (sv & 0xffff);
+    const char *legacy = mock_dev_get(cfg, pos, "pci.bus_id_legacy");
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", legacy ? legacy : "");
+    if (full) {
+        const char *bus_id = mock_dev_get(cfg, pos, "pci.bus_id");
+        snprintf(pci->busId, sizeof pci->busId, "%s", bus_id ? bus_id : "");
+    }
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    if (pci == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(pci, 0, sizeof *pci);
+    fill_pci(c.cfg, c.pos, pci, 1);
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    return nvmlDeviceGetPciInfo_v3(device, pci);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    /* The v1 struct ended after pciSubSystemId plus 16 reserved bytes, so
+     * the 32-byte busId must not be written in full. */
+    if (pci == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(pci, 0, offsetof(nvmlPciInfo_t, busId));
+    fill_pci(c.cfg, c.pos, pci, 0);
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
+{
+    if (pci == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (pci->version != nvmlPciInfoExt_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
+    if (r != NVML_SUCCESS)
+        return r;
+    nvmlPciInfo_t base;
+    memset(&base, 0, sizeof base);
+    fill_pci(c.cfg, c.pos, &base, 1);
+    pci->domain = base.domain;
+    pci->bus = base.bus;
+    pci->device = base.device;
+    pci->pciDeviceId = base.pciDeviceId;
+    pci->pciSubSystemId = base.pciSubSystemId;
+    pci->baseClass = 0x03; /* display controller */
+    pci->subClass = 0x02;  /* 3D controller */
+    memcpy(pci->busId, base.busId, sizeof pci->busId);
+    mock_end(&c);
+    return r;
+}
+
+static nvmlReturn_t pcie_field(nvmlDevice_t device, const char *field, unsigned int *out)
+{
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!mock_dev_uint(c.cfg, c.pos, field, out))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device,
+                                                         unsigned int *maxLinkGen)
+{
+    return pcie_field(device, "pcie.max_link_gen", maxLinkGen);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device,
+                                                            unsigned int *maxLinkGenDevice)
+{
+    return pcie_field(device, "pcie.max_link_gen", maxLinkGenDevice);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device,
+                                                          unsigned int *currLinkGen)
+{
+    return pcie_field(device, "pcie.current_link_gen", currLinkGen);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device,
+                                                    unsigned int *maxLinkWidth)
+{
+    return pcie_field(device, "pcie.max_link_width", maxLinkWidth);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device,
+                                                     unsigned int *currLinkWidth)
+{
+    return pcie_field(device, "pcie.current_link_width", currLinkWidth);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    return pcie_field(device, "pcie.replay_counter", value);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *pcieSpeed)
+{
+    /* Per-lane transfer rate in MT/s of the current generation. */
+    static const unsigned rates[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
+    unsigned gen;
+    nvmlReturn_t r = pcie_field(device, "pcie.current_link_gen", &gen);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (pcieSpeed == NULL || gen >= sizeof rates / sizeof *rates)
+        return pcieSpeed == NULL ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
+    *pcieSpeed = rates[gen];
+    return NVML_SUCCESS;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device,
+                                                  nvmlPcieUtilCounter_t counter,
+                                                  unsigned int *value)
+{
+    if (counter == NVML_PCIE_UTIL_TX_BYTES)
+        return pcie_field(device, "pcie.tx_throughput_kbps", value);
+    if (counter == NVML_PCIE_UTIL_RX_BYTES)
+        return pcie_field(device, "pcie.rx_throughput_kbps", value);
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/* --------------------------------------------------------------- topology */
+
+nvmlGpuTopologyLevel_t mock_topology_level(const struct mock_config *cfg, unsigned a, unsigned b)
+{
+    if (a == b)
+        return NVML_TOPOLOGY_INTERNAL;
+    const char *root_a = mock_dev_get(cfg, a, "root_complex");
+    const char *root_b = mock_dev_get(cfg, b, "root_complex");
+    if (root_a != NULL && root_b != NULL && strcmp(root_a, root_b) == 0)
+        return NVML_TOPOLOGY_HOSTBRIDGE;
+    int numa_a = 0, numa_b = 0;
+    mock_dev_int(cfg, a, "numa_node", &numa_a);
+    mock_dev_int(cfg, b, "numa_node", &numa_b);
+    return numa_a == numa_b ? NVML_TOPOLOGY_NODE : NVML_TOPOLOGY_SYSTEM;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1,
+                                                          nvmlDevice_t device2,
+                                                          nvmlGpuTopologyLevel_t *pathInfo)
+{
+    if (pathInfo == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device1, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned other;
+    if (!mock_handle_pos(device2, &other) || other >= c.cfg->device_count)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    else
+        *pathInfo = mock_topology_level(c.cfg, c.pos, other);
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device,
+                                                       nvmlGpuTopologyLevel_t level,
+                                                       unsigned int *count,
+                                                       nvmlDevice_t *deviceArray)
+{
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned found = 0;
+    for (unsigned i = 0; i < c.cfg->visible_count; i++) {
+        unsigned p = c.cfg->visible[i];
+        if (p == c.pos || mock_topology_level(c.cfg, c.pos, p) > level)
+            continue;
+        if (deviceArray != NULL && found < *count)
+            deviceArray[found] = mock_handle(p);
+        found++;
+    }
+    /* NVML's contract: a NULL array or a zero count asks for the size. */
+    if (deviceArray == NULL || *count == 0) {
+        *count = found;
+    } else if (found > *count) {
+        *count = found;
+        r = NVML_ERROR_INSUFFICIENT_SIZE;
+    } else {
+        *count = found;
+    }
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count,
+                                                  nvmlDevice_t *deviceArray)
+{
+    (void)cpuNumber; /* every GPU is reachable from every CPU here */
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_config *cfg = mock_acquire();
+    if (cfg == NULL)
+        return NVML_ERROR_UNINITIALIZED;
+    nvmlReturn_t r = NVML_SUCCESS;
+    if (deviceArray == NULL || *count == 0) {
+        *count = cfg->visible_count;
+    } else {
+        unsigned n = cfg->visible_count < *count ? cfg->visible_count : *count;
+        for (unsigned i = 0; i < n; i++)
+            deviceArray[i] = mock_handle(cfg->visible[i]);
+        if (cfg->visible_count > *count)
+            r = NVML_ERROR_INSUFFICIENT_SIZE;
+        *count = cfg->visible_count;
+    }
+    mock_release(cfg);
+    return r;
+}
+
+/* Sets the bits of a cpulist like "0-55,112-167" into an unsigned long mask. */
+static void set_cpulist(const char *list, unsigned long *set, unsigned int words)
+{
+    const size_t bits = 8 * sizeof(unsigned long);
+    const char *p = list;
+    while (*p) {
+        char *end;
+        unsigned long lo = strtoul(p, &end, 10), hi = lo;
+        if (end == p)
+            return;
+        if (*end == '-') {
+            p = end + 1;
+            hi = strtoul(p, &end, 10);
+            if (end == p)
+                return;
+        }
+        for (unsigned long cpu = lo; cpu <= hi && cpu / bits < words; cpu++)
+            set[cpu / bits] |= 1UL << (cpu % bits);
+        if (*end != ',')
+            break;
+        p = end + 1;
+    }
+}
+
+static nvmlReturn_t cpu_affinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                 unsigned long *cpuSet)
+{
+    if (cpuSet == NULL || cpuSetSize == 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(cpuSet, 0, cpuSetSize * sizeof *cpuSet);
+    const char *list = mock_dev_get(c.cfg, c.pos, "cpu_affinity");
+    if (list != NULL) {
+        set_cpulist(list, cpuSet, cpuSetSize);
+    } else {
+        /* No CPU list in the profile: every online CPU of this machine. */
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        char all[32];
+        snprintf(all, sizeof all, "0-%ld", n > 0 ? n - 1 : 0);
+        set_cpulist(all, cpuSet, cpuSetSize);
+    }
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                               unsigned long *cpuSet)
+{
+    return cpu_affinity(device, cpuSetSize, cpuSet);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device,
+                                                          unsigned int cpuSetSize,
+                                                          unsigned long *cpuSet,
+                                                          nvmlAffinityScope_t scope)
+{
+    (void)scope; /* NUMA node and socket coincide in the simulated layouts */
+    return cpu_affinity(device, cpuSetSize, cpuSet);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize,
+                                                  unsigned long *nodeSet,
+                                                  nvmlAffinityScope_t scope)
+{
+    (void)scope;
+    if (nodeSet == NULL || nodeSetSize == 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(nodeSet, 0, nodeSetSize * sizeof *nodeSet);
+    unsigned node = 0;
+    mock_dev_uint(c.cfg, c.pos, "numa_node", &node);
+    const size_t bits = 8 * sizeof(unsigned long);
+    if (node / bits < nodeSetSize)
+        nodeSet[node / bits] |= 1UL << (node % bits);
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
+{
+    return pcie_field(device, "numa_node", node);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                             nvmlGpuP2PCapsIndex_t p2pIndex,
+                                             nvmlGpuP2PStatus_t *p2pStatus)
+{
+    if (p2pStatus == NULL || (unsigned)p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device1, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned other;
+    if (!mock_handle_pos(device2, &other) || other >= c.cfg->device_count) {
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    } else if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK) {
+        int linked = mock_link_count(c.cfg, c.pos) > 0 && mock_link_count(c.cfg, other) > 0;
+        *p2pStatus = linked ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+    } else {
+        /* Reads, writes, atomics and PCI peer access all work between data
+         * center GPUs of one node. */
+        *p2pStatus = NVML_P2P_STATUS_OK;
+    }
+    mock_end(&c);
+    return r;
+}

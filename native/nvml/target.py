@@ -1,0 +1,111 @@
+"""Native target: the mock NVML library ``libnvidia-ml.so.1``.
+
+``build(out_dir, cc)`` generates the stubs for every function ``nvml.h``
+declares (``exports.py``), compiles the hand-written C files with them into
+one shared object with SONAME ``libnvidia-ml.so.1``, and writes the export
+coverage (implemented / total) to ``nvml-coverage.json`` beside it.
+
+Header choice: ``nvidia-nvml-dev==13.0.39`` (CUDA 13.0).  It declares every
+function of the CUDA 12.2 header that matches driver 535 (all 327, with
+identical prototypes and only additive struct changes), plus the newer API
+that current consumers call (``nvmlDeviceGetAddressingMode`` for the DRA
+driver, ``nvmlDeviceGetGpuFabricInfoV`` v3, ``nvmlDeviceGetTemperatureV``),
+so one header serves nvidia-smi 535, nvidia-ml-py and the newer Go
+consumers alike.  Only ``nvmlInternalGetExportTable`` (nvidia-smi's
+private entry point) is declared by hand.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LIBRARY = "libnvidia-ml.so.1"
+COVERAGE = "nvml-coverage.json"
+
+#: The hand-written sources, one concern each (see mock.h).
+SOURCES = (
+    "config.c",
+    "library.c",
+    "devices.c",
+    "failure.c",
+    "pci.c",
+    "memory.c",
+    "power.c",
+    "nvlink.c",
+    "fields.c",
+    "events.c",
+    "export_table.c",
+    "system.c",
+)
+
+CFLAGS = (
+    "-std=gnu11",
+    "-O2",
+    "-fPIC",
+    "-pthread",
+    "-fvisibility=hidden",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-DNVML_NO_UNVERSIONED_FUNC_DEFS",
+)
+
+
+def _exports():
+    spec = importlib.util.spec_from_file_location("native_nvml_exports", HERE / "exports.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(out_dir: Path, cc: str, extra_cflags: Sequence[str] = ()) -> list[Path]:
+    """Build the library into ``out_dir``; ``extra_cflags`` serve experiments in tests."""
+    exports = _exports()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    header = exports.find_header()
+    sources = [HERE / name for name in SOURCES]
+    surface = exports.surface(header, cc, sources)
+    with tempfile.TemporaryDirectory(prefix="mokka-nvml-") as scratch:
+        stubs = Path(scratch) / "stubs.c"
+        stubs.write_text(exports.render_stubs(surface))
+        partial = out_dir / f".{LIBRARY}.tmp"
+        command = [
+            cc,
+            *CFLAGS,
+            *extra_cflags,
+            f"-I{header.parent}",
+            f"-I{HERE}",
+            "-shared",
+            f"-Wl,-soname,{LIBRARY}",
+            "-Wl,--no-undefined",
+            "-o",
+            str(partial),
+            *(str(s) for s in sources),
+            str(stubs),
+            "-ldl",
+        ]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"native/nvml: compiling {LIBRARY} failed:\n{' '.join(command)}\n{result.stderr}"
+            )
+        os.replace(partial, out_dir / LIBRARY)
+    coverage_path = out_dir / COVERAGE
+    exports.write_coverage(surface, coverage_path)
+    print(
+        f"native/nvml: {LIBRARY}: {len(surface.implemented)} implemented / "
+        f"{len(surface.prototypes)} exported ({len(surface.stubs)} NOT_SUPPORTED stubs) "
+        f"from {header}",
+        file=sys.stderr,
+    )
+    return [out_dir / LIBRARY, coverage_path]

@@ -1,0 +1,306 @@
+"""The fabric manager stand-in: the fabric-state directory, the readiness marker's
+timing on the autojump clock (exact virtual times), reload, cancellation, and
+``mokka fabricmanager-ctl -q``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from mokka import cli, layout
+from mokka.errors import SpecError
+from mokka.host import Host
+from mokka.simulators import registry
+from mokka.simulators.base import Daemon, Simulator
+from mokka.simulators.fabricmanager import (
+    PLUGIN,
+    FabricManagerSettings,
+    FabricManagerSimulator,
+)
+from mokka.state.model import Fabric, Gpu, Nvlink, NvlinkSwitch, State, System
+from tests.support import ROOT, snapshot
+
+MARKER = layout.FABRIC_READY_MARKER.lstrip("/")
+STATE_DIR = layout.FABRIC_STATE_DIR.lstrip("/")
+
+
+def make_state(*, nvswitch: bool = True, generation: int = 1) -> State:
+    """NVSwitch (GB200-like, fabric state ``auto``) or a plain PCIe profile."""
+    fabric = Fabric(cluster_uuid="00000000-0000-0000-0000-0000000000ab", clique_id=0, state="auto")
+    return State(
+        generation=generation, content_hash=f"h{generation}", node_name="node-a",
+        profile_name="gb200" if nvswitch else "l40s",
+        system=System(driver_version="580.173.02", nvml_version="13.580.173.02",
+                      cuda_version_major=13, cuda_version_minor=0),
+        gpus=(
+            Gpu(index=0, minor=0, uuid="GPU-00000000-0000-0000-0000-000000000000",
+                serial="1654321000000", name="NVIDIA GB200", brand="Nvidia",
+                architecture="blackwell", bus_id="0008:01:00.0", pci_vendor_id=0x10DE,
+                pci_device_id=0x2941, pci_subsystem_vendor_id=0x10DE,
+                pci_subsystem_device_id=0x2046, root_complex="pci0008:01", numa_node=0,
+                fabric=fabric if nvswitch else None),
+        ),
+        nvlink=Nvlink(version=5, links_per_gpu=18, bandwidth_per_link_mbps=50000,
+                      c2c_enabled=nvswitch,
+                      switches=(NvlinkSwitch(bdf="0000:00:00.0", uuid="NVSwitch-0"),) if nvswitch
+                      else ()),
+    )
+
+
+# ---- stage / discard ---------------------------------------------------------
+
+
+async def test_stage_gives_exactly_the_fabric_state_directory(host: Host, node_root: Path) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator()
+    await fm.stage(host, make_state())
+    staged = snapshot(node_root)
+    outside = {k: v for k, v in staged.items() if not k.startswith("var/lib/mokka")}
+    assert outside == {
+        "var": ("dir", 0o755), "var/lib": ("dir", 0o755), "var/lib/nvml-mock": ("dir", 0o755),
+        STATE_DIR: ("dir", 0o755),
+    }
+    assert not fm.readiness.ready
+    assert fm.readiness.reason == "fabric manager not running"
+    mtime = os.stat(node_root / STATE_DIR).st_mtime_ns
+    await fm.stage(host, make_state())
+    assert snapshot(node_root) == staged
+    assert os.stat(node_root / STATE_DIR).st_mtime_ns == mtime
+    await fm.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_a_profile_without_nvswitch_stages_nothing(host: Host, node_root: Path) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator()
+    await fm.stage(host, make_state(nvswitch=False))
+    assert snapshot(node_root) == before
+    assert fm.readiness.ready and "profile has no NVSwitch" in fm.readiness.reason
+
+
+# ---- the marker over (virtual) time -------------------------------------------
+
+
+async def test_the_marker_appears_at_the_init_delay(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=3.0))
+    state = make_state()
+    await fm.stage(host, state)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fm.run, host, state)
+        await fm.phase.wait_value("initializing")
+        assert trio.current_time() == 0.0
+        await trio.sleep(2.99)
+        assert not (node_root / MARKER).exists()
+        assert not fm.readiness.ready
+        assert "initializing (init delay 3 s)" in fm.readiness.reason
+        await fm.phase.wait_value("ready")
+        assert trio.current_time() == 3.0
+        assert (node_root / MARKER).read_bytes() == b""
+        assert fm.readiness.ready
+        nursery.cancel_scope.cancel()
+    assert not (node_root / MARKER).exists()
+    await fm.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_started_is_signalled_once_the_marker_exists(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=1.5))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fm.run, host, make_state())
+        assert trio.current_time() == 1.5
+        assert (node_root / MARKER).exists()
+        nursery.cancel_scope.cancel()
+    await fm.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_a_deleted_marker_is_reasserted_at_the_next_tick(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=1.0))
+    state = make_state()
+    await fm.stage(host, state)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fm.run, host, state)
+        await trio.sleep(0.5)
+        (node_root / MARKER).unlink()  # t = 1.5
+        await fm.rewrites.wait_value(1)
+        # Ticks run every 2 s from the marker's first write: 3.0 is the next one.
+        assert trio.current_time() == 3.0
+        assert (node_root / MARKER).exists()
+        await trio.sleep(1.9)  # t = 4.9
+        (node_root / MARKER).unlink()
+        await fm.rewrites.wait_value(2)
+        assert trio.current_time() == 5.0
+        cancelled_at = trio.current_time()
+        nursery.cancel_scope.cancel()
+    # Removed on cancellation, with no time passing.
+    assert trio.current_time() == cancelled_at
+    assert not (node_root / MARKER).exists()
+    assert fm.phase.value == "stopped"
+    assert not fm.readiness.ready
+    await fm.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_a_stale_marker_is_removed_before_the_init_delay(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=2.0))
+    state = make_state()
+    await fm.stage(host, state)
+    (node_root / MARKER).write_bytes(b"")  # left by a fabric manager that died
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fm.run, host, state)
+        await fm.phase.wait_value("initializing")
+        assert not (node_root / MARKER).exists()
+        await fm.phase.wait_value("ready")
+        assert trio.current_time() == 2.0
+        nursery.cancel_scope.cancel()
+    await fm.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_a_fresh_process_discards_a_marker_a_killed_one_left(host: Host, node_root: Path) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator()
+    await fm.stage(host, make_state())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fm.run, host, make_state())
+        # A killed process runs no finally: simulate by leaving the marker and
+        # discarding from a new simulator over the same root.
+        nursery.cancel_scope.cancel()
+    from mokka.simulators.fabricmanager import _write_marker
+
+    await trio.to_thread.run_sync(_write_marker, host)
+    assert (node_root / MARKER).exists()
+    await FabricManagerSimulator().discard(Host(node_root))
+    assert snapshot(node_root) == before
+
+
+async def test_reload_disables_and_a_reenable_waits_the_delay_again(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=4.0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fm.run, host, make_state())
+        assert trio.current_time() == 4.0
+        await trio.sleep(1.0)
+        await fm.reload(make_state(nvswitch=False, generation=2))
+        await fm.phase.wait_value("off")
+        assert trio.current_time() == 5.0
+        assert not (node_root / MARKER).exists()
+        await trio.sleep(5.0)  # idle: nothing comes back
+        assert not (node_root / MARKER).exists()
+        await fm.reload(make_state(generation=3))  # t = 10
+        await fm.phase.wait_value("ready")
+        assert trio.current_time() == 14.0
+        assert (node_root / MARKER).exists()
+        nursery.cancel_scope.cancel()
+    await fm.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_disabled_during_the_init_delay_never_writes_the_marker(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=4.0))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fm.run, host, make_state())
+        await fm.phase.wait_value("initializing")
+        await trio.sleep(1.0)
+        await fm.reload(make_state(nvswitch=False, generation=2))
+        await fm.phase.wait_value("off")
+        assert trio.current_time() == 1.0
+        await trio.sleep(10)
+        assert not (node_root / MARKER).exists()
+        nursery.cancel_scope.cancel()
+    await fm.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_disabled_at_start_signals_started_at_once(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(mode="off", init_delay=3.0))
+    state = make_state()
+    await fm.stage(host, state)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fm.run, host, state)
+        assert trio.current_time() == 0.0
+        assert fm.phase.value == "off"
+        assert fm.readiness == fm.readiness.ok("fabric manager off (--fabric-manager off)")
+        nursery.cancel_scope.cancel()
+    assert snapshot(node_root) == before
+
+
+# ---- fabricmanager-ctl ---------------------------------------------------------
+
+
+def test_ctl_query_answers_from_the_marker(node_root: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["fabricmanager-ctl", "-q", "--root", str(node_root)]) == 1
+    assert capsys.readouterr().out == "NOT READY\n"
+    marker = node_root / MARKER
+    marker.parent.mkdir(parents=True)
+    marker.write_bytes(b"")
+    assert cli.main(["fabricmanager-ctl", "-q", "--root", str(node_root)]) == 0
+    assert capsys.readouterr().out == "READY\n"
+
+
+def test_ctl_as_a_real_process_reads_mokka_root(node_root: Path) -> None:
+    env = {**os.environ, "MOKKA_ROOT": str(node_root), "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "mokka", "fabricmanager-ctl", "-q"]
+    missing = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert (missing.returncode, missing.stdout) == (1, "NOT READY\n")
+    marker = node_root / MARKER
+    marker.parent.mkdir(parents=True)
+    marker.write_bytes(b"")
+    ready = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert (ready.returncode, ready.stdout) == (0, "READY\n")
+
+
+def test_ctl_without_q_is_a_usage_error(node_root: Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["fabricmanager-ctl", "--root", str(node_root)])
+    assert info.value.code == 2
+
+
+# ---- settings and registration -------------------------------------------------
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    PLUGIN.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_flags_build_the_simulator() -> None:
+    fm = PLUGIN.build(parse("--fabric-manager", "on", "--fabric-manager-init-delay", "2.5"))
+    assert isinstance(fm, Simulator) and isinstance(fm, Daemon)
+    assert fm.settings == FabricManagerSettings(mode="on", init_delay=2.5)
+    assert PLUGIN.build(parse()).settings == FabricManagerSettings(mode="auto", init_delay=0.0)
+    assert "mokka.simulators.fabricmanager" in registry.PLUGIN_MODULES
+    assert "mokka.fabricmanager_ctl" in cli.SUBCOMMAND_MODULES
+
+
+@pytest.mark.parametrize("delay", ["-1", "nan", "inf"])
+def test_a_bad_init_delay_is_a_clear_error(delay: str) -> None:
+    with pytest.raises(SpecError, match="--fabric-manager-init-delay: .*expected a number of seconds >= 0"):
+        PLUGIN.build(parse("--fabric-manager-init-delay", delay))

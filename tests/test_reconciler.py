@@ -1,0 +1,338 @@
+"""The reconcile pass (stage → barrier → supervise → apply) and the reconcile loop."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+import trio.testing
+import trio_util
+
+from mokka.daemon.backoff import Backoff
+from mokka.daemon.reconciler import Reconciler
+from mokka.daemon.supervisor import Supervisor
+from mokka.daemon.teardown import teardown
+from mokka.errors import SpecError, StageError
+from mokka.host import Host
+from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, MemorySource, make_state
+from tests.support import snapshot
+
+
+@attrs.define
+class Harness:
+    source: MemorySource
+    reconciler: Reconciler
+    supervisor: Supervisor
+
+    async def passes(self, count: int) -> None:
+        await self.reconciler.passes.wait_value(lambda n: n >= count)
+
+
+@asynccontextmanager
+async def running(host: Host, sims, *, backoff: Backoff = Backoff()) -> AsyncIterator[Harness]:
+    """A supervisor, a reconcile loop and a ``MemorySource``, torn down like the daemon does."""
+    source = MemorySource()
+    updates: trio_util.AsyncValue = trio_util.AsyncValue(None)
+    supervisor = Supervisor(host)
+    reconciler = Reconciler(host, sims, supervisor=supervisor, backoff=backoff)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        await nursery.start(reconciler.run, updates)
+        await nursery.start(source.run, updates)
+        yield Harness(source, reconciler, supervisor)
+        nursery.cancel_scope.cancel()
+    report = await teardown(host, sims, timeout=10)
+    assert report.clean, report
+
+
+# ---- one pass -------------------------------------------------------------
+
+
+async def test_stage_errors_of_several_simulators_are_all_reported(autojump_clock, host: Host, node_root: Path):
+    before = snapshot(node_root)
+    log: list = []
+    good = FakeSimulator("good", log=log)
+    bad1 = FakeSimulator("bad1", log=log, stage_errors=[StageError("disk full")], stage_delay=2)
+    bad2 = FakeSimulator("bad2", log=log, stage_errors=[ValueError("bug")], stage_delay=1)
+    reconciler = Reconciler(host, [good, bad1, bad2])
+
+    result = await reconciler.reconcile_once(make_state(1))
+
+    assert result.outcome == "stage-failed"
+    assert {(o.name, o.error) for o in result.failures} == {
+        ("bad1", "StageError: disk full"),
+        ("bad2", "ValueError: bug"),
+    }
+    # All ran in parallel: the wave took as long as the slowest, not the sum.
+    assert result.duration == 2
+    assert [o.name for o in result.stage] == ["good", "bad1", "bad2"]
+    assert result.stage[0].ok and good.staged == [1]
+    assert result.retry_delay == 1.0
+    assert not result.terminal
+    assert reconciler.status.stage_failures == result.failures
+    assert reconciler.status.failures_total == {("bad1", "stage"): 1, ("bad2", "stage"): 1}
+    assert (await teardown(host, [good, bad1, bad2], timeout=5)).clean
+    assert snapshot(node_root) == before
+
+
+async def test_barrier_blocks_daemons_and_apply(autojump_clock, host: Host, node_root: Path):
+    before = snapshot(node_root)
+    failing = FakeSimulator("failing", stage_errors=[StageError("nope")])
+    applier = FakeApplier("applier")
+    daemon = FakeDaemon("daemon")
+    supervisor = Supervisor(host)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        reconciler = Reconciler(host, [failing, applier, daemon], supervisor=supervisor)
+        result = await reconciler.reconcile_once(make_state(1))
+        assert result.outcome == "stage-failed"
+        assert result.supervise == () and result.apply == ()
+        assert applier.calls("apply") == [] and daemon.calls("run") == []
+        assert not supervisor.is_started("daemon")
+        # The node is staged but not published.
+        assert (node_root / "fake/applier/staged").exists()
+        assert not (node_root / "fake/applier/published").exists()
+
+        # Next pass succeeds: now the daemon starts and the applier publishes.
+        result = await reconciler.reconcile_once(make_state(1))
+        assert result.ok, result.summary()
+        assert daemon.calls("run") != [] and applier.applied == [1]
+        nursery.cancel_scope.cancel()
+    assert (await teardown(host, [failing, applier, daemon], timeout=5)).clean
+    assert snapshot(node_root) == before
+
+
+async def test_apply_fails_fast_and_cancels_the_sibling(autojump_clock, host: Host, node_root: Path):
+    before = snapshot(node_root)
+    fast_fail = FakeApplier("fast", apply_delay=1, apply_errors=[RuntimeError("containerd down")])
+    slow = FakeApplier("slow", apply_delay=5)
+    reconciler = Reconciler(host, [fast_fail, slow])
+
+    result = await reconciler.reconcile_once(make_state(1))
+
+    assert result.outcome == "apply-failed"
+    by_name = {o.name: o for o in result.apply}
+    assert by_name["fast"].failed and by_name["fast"].error == "RuntimeError: containerd down"
+    assert by_name["slow"].cancelled and not by_name["slow"].failed
+    assert [o.name for o in result.failures] == ["fast"]
+    assert slow.applied == []
+    assert result.duration == 1  # the sibling did not run its 5 s
+    assert trio.current_time() == 1
+    assert (await teardown(host, [fast_fail, slow], timeout=5)).clean
+    assert snapshot(node_root) == before
+
+
+async def test_spec_error_in_stage_is_terminal(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim", stage_errors=[SpecError("profile.yaml: devices: empty, expected a list")])
+    result = await Reconciler(host, [sim]).reconcile_once(make_state(1))
+    assert result.terminal and result.retry_delay is None
+    assert result.failures[0].error.startswith("SpecError: profile.yaml: devices")
+    assert (await teardown(host, [sim], timeout=5)).clean
+    assert snapshot(node_root) == {}
+
+
+def test_simulator_names_must_be_unique(host: Host):
+    with pytest.raises(ValueError, match="repeated: twin"):
+        Reconciler(host, [FakeSimulator("twin"), FakeSimulator("twin")])
+
+
+# ---- the loop ---------------------------------------------------------------
+
+
+async def test_daemons_start_once_then_receive_reload(autojump_clock, host: Host, node_root: Path):
+    before = snapshot(node_root)
+    daemon = FakeDaemon("daemon")
+    applier = FakeApplier("applier")
+    async with running(host, [daemon, applier]) as h:
+        for generation in (1, 2, 3):
+            h.source.publish(make_state(generation))
+            await h.passes(generation)
+        assert [c[2] for c in daemon.calls("run")] == [1]
+        assert daemon.reloaded == [2, 3]
+        assert applier.applied == [1, 2, 3]
+        assert h.supervisor.status.daemons["daemon"].phase == "running"
+        assert [o.name for o in h.reconciler.status.last_pass.supervise] == ["daemon"]
+    assert not daemon.running
+    assert snapshot(node_root) == before
+
+
+async def test_a_burst_of_100_updates_yields_passes_over_the_newest_only(autojump_clock, host: Host, node_root: Path):
+    before = snapshot(node_root)
+    sim = FakeSimulator("sim", stage_delay=1)
+    async with running(host, [sim]) as h:
+        h.source.publish(make_state(1))
+        await trio.testing.wait_all_tasks_blocked()  # the first pass is staging
+        for generation in range(2, 101):
+            h.source.publish(make_state(generation))
+            await trio.sleep(0)
+        await h.passes(2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [c[2] for c in sim.calls("stage")] == [1, 100]
+        assert sim.staged == [1, 100]
+        assert trio.current_time() == 2
+        assert h.reconciler.status.observed_generation == 100
+        assert h.reconciler.status.seen_generation == 100
+    assert snapshot(node_root) == before
+
+
+async def test_a_burst_before_the_loop_wakes_yields_one_pass(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim")
+    async with running(host, [sim]) as h:
+        for generation in range(1, 101):
+            h.source.publish(make_state(generation))
+        await h.passes(1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sim.staged == [100]
+        assert h.reconciler.status.passes_total == 1
+    assert snapshot(node_root) == {}
+
+
+async def test_failed_pass_retries_with_capped_backoff_without_new_state(autojump_clock, host: Host, node_root: Path):
+    before = snapshot(node_root)
+    errors = [StageError(f"attempt {i}") for i in range(6)]
+    sim = FakeSimulator("sim", stage_errors=errors)
+    async with running(host, [sim], backoff=Backoff(initial=1, factor=2, cap=8)) as h:
+        h.source.publish(make_state(1))
+        await h.passes(7)
+        # 1, 2, 4, 8, then capped at 8, 8: the seventh try succeeds.
+        assert [c[3] for c in sim.calls("stage")] == [0, 1, 3, 7, 15, 23, 31]
+        assert sim.staged == [1]
+        assert h.reconciler.status.last_pass.ok
+        assert h.reconciler.status.passes_by_outcome == {"stage-failed": 6, "ok": 1}
+        # Converged: nothing more happens, however long we wait.
+        await trio.sleep(1000)
+        assert len(sim.calls("stage")) == 7
+    assert snapshot(node_root) == before
+
+
+async def test_retry_delay_is_reported_in_the_pass_result(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim", stage_errors=[StageError("a"), StageError("b")])
+    async with running(host, [sim], backoff=Backoff(initial=3, factor=2, cap=60)) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        assert h.reconciler.status.last_pass.retry_delay == 3
+        assert h.reconciler.status.phase == "backoff"
+        await h.passes(2)
+        assert h.reconciler.status.last_pass.retry_delay == 6
+        assert trio.current_time() == 3
+        await h.passes(3)
+        assert h.reconciler.status.last_pass.retry_delay is None
+        assert trio.current_time() == 9
+        assert h.reconciler.status.phase == "idle"
+    assert snapshot(node_root) == {}
+
+
+async def test_new_input_cuts_the_backoff_short(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim", stage_errors=[StageError("broken")])
+    async with running(host, [sim], backoff=Backoff(initial=100)) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        await trio.sleep(5)
+        h.source.publish(make_state(2))
+        await h.passes(2)
+        assert [(c[2], c[3]) for c in sim.calls("stage")] == [(1, 0), (2, 5)]
+        assert sim.staged == [2]
+    assert snapshot(node_root) == {}
+
+
+async def test_spec_error_waits_for_new_input(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim", stage_errors=[SpecError("bad profile")])
+    async with running(host, [sim]) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        await trio.sleep(3600)
+        assert len(sim.calls("stage")) == 1
+        assert h.reconciler.status.phase == "terminal"
+        # The same input again (a resync) does not retry either.
+        h.source.publish(make_state(1))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(sim.calls("stage")) == 1
+        h.source.publish(make_state(2))
+        await h.passes(2)
+        assert sim.staged == [2]
+        assert trio.current_time() == 3600
+    assert snapshot(node_root) == {}
+
+
+async def test_unchanged_state_after_success_causes_no_pass(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim")
+    async with running(host, [sim]) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        # A resync re-reads the same inputs: same content hash.
+        h.source.publish(make_state(1))
+        h.source.publish(make_state(7, content_hash="hash-1"))
+        await trio.sleep(60)
+        assert len(sim.calls("stage")) == 1
+        assert h.reconciler.status.passes_total == 1
+    assert snapshot(node_root) == {}
+
+
+async def test_source_error_keeps_the_last_good_state(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim")
+    async with running(host, [sim]) as h:
+        state = make_state(1)
+        h.source.publish(state)
+        await h.passes(1)
+        h.source.publish(state, error=SpecError("overrides.yaml: all.temp: 'hot', expected a number"))
+        await trio.testing.wait_all_tasks_blocked()
+        status = h.reconciler.status
+        assert status.source_error == "overrides.yaml: all.temp: 'hot', expected a number"
+        assert status.source_errors_total == 1
+        assert status.passes_total == 1
+        # The error clears with the next good update.
+        h.source.publish(make_state(2))
+        await h.passes(2)
+        assert h.reconciler.status.source_error is None
+        assert h.reconciler.status.source_errors_total == 1
+    assert snapshot(node_root) == {}
+
+
+async def test_no_state_yet_means_no_pass(autojump_clock, host: Host, node_root: Path):
+    sim = FakeSimulator("sim")
+    async with running(host, [sim]) as h:
+        h.source.publish(None, error=SpecError("profile.yaml: version: missing, expected 1"))
+        await trio.sleep(100)
+        assert sim.calls("stage") == []
+        assert h.reconciler.status.phase == "waiting"
+        assert h.reconciler.status.source_error is not None
+    assert snapshot(node_root) == {}
+
+
+async def test_daemon_start_failure_fails_the_pass_and_is_retried(autojump_clock, host: Host, node_root: Path):
+    before = snapshot(node_root)
+    daemon = FakeDaemon("daemon", start_errors=[RuntimeError("socket in use")])
+    applier = FakeApplier("applier")
+    async with running(host, [daemon, applier]) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        first = h.reconciler.status.last_pass
+        assert first.outcome == "supervise-failed"
+        assert first.failures[0].error == "RuntimeError: socket in use"
+        assert first.apply == () and applier.applied == []
+        assert not h.supervisor.is_started("daemon")
+        await h.passes(2)
+        assert h.reconciler.status.last_pass.ok
+        assert trio.current_time() == 1
+        assert daemon.started_at == [1] and applier.applied == [1]
+    assert snapshot(node_root) == before
+
+
+async def test_one_canonical_log_line_per_pass(autojump_clock, host: Host, caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO, logger="mokka.daemon.reconciler")
+    sim = FakeSimulator("sim", stage_errors=[StageError("x")])
+    async with running(host, [sim]) as h:
+        h.source.publish(make_state(4))
+        await h.passes(2)
+    lines = [r for r in caplog.records if r.getMessage().startswith("reconcile pass")]
+    assert [r.getMessage() for r in lines] == ["reconcile pass stage-failed", "reconcile pass ok"]
+    assert [(r.generation, r.stage_failed, r.staged, r.retry_in_s) for r in lines] == [
+        (4, 1, 0, 1.0),
+        (4, 0, 1, None),
+    ]
+    assert lines[0].duration_s == 0
