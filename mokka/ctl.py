@@ -34,9 +34,9 @@ from mokka.errors import MokkaError, SpecError
 from mokka.host import Host
 from mokka.settings import LOCAL_ROOT
 from mokka.state import checks
+from mokka.state.device_checks import FAILURE_MODES
 from mokka.state.override_schema import FABRIC_HEALTH, THROTTLE_REASONS, known_paths
 from mokka.state.overrides import load_overrides, update_overrides
-from mokka.state.profile import FAILURE_MODES
 
 Edit = Callable[[dict[str, Any]], None]
 GPU_HELP = "GPU index, 'all', or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"

@@ -15,7 +15,6 @@ and knows nothing about simulators.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -138,41 +137,82 @@ class Settings:
         factory=lambda: dict(FEATURE_GATES), converter=lambda m: MappingProxyType(dict(m))
     )
 
-    @property
-    def log_level_number(self) -> int:
-        return logging.getLevelName(self.log_level)
-
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """Declare the daemon's own flags (values are validated in ``from_args``)."""
         group = parser.add_argument_group("node")
-        group.add_argument("--root", metavar="DIR", help=(
-            "node root every write goes under (env MOKKA_ROOT; default ./mokka-node)"))
-        group.add_argument("--profile", metavar="NAME|PATH", default="h100", help=(
-            "built-in GPU profile name or a profile YAML path (default h100)"))
+        group.add_argument(
+            "--root",
+            metavar="DIR",
+            help=("node root every write goes under (env MOKKA_ROOT; default ./mokka-node)"),
+        )
+        group.add_argument(
+            "--profile",
+            metavar="NAME|PATH",
+            default="h100",
+            help=("built-in GPU profile name or a profile YAML path (default h100)"),
+        )
         group.add_argument("--topology", metavar="PATH", help="ComputeDomain topology document")
-        group.add_argument("--overrides", metavar="PATH", help=(
-            "runtime overrides file (default: the driver config dir under the root)"))
-        group.add_argument("--node-name", metavar="NAME", help=(
-            "this node's name (env NODE_NAME; default the hostname)"))
-        group.add_argument("--feature-gates", metavar="A=true,B=false", default="", help=(
-            f"feature gates (known: {', '.join(sorted(FEATURE_GATES))})"))
-        group.add_argument("--source", default="file", metavar="|".join(SOURCES), help=(
-            "where the desired state comes from (default file)"))
+        group.add_argument(
+            "--overrides",
+            metavar="PATH",
+            help=("runtime overrides file (default: the driver config dir under the root)"),
+        )
+        group.add_argument(
+            "--node-name",
+            metavar="NAME",
+            help=("this node's name (env NODE_NAME; default the hostname)"),
+        )
+        group.add_argument(
+            "--feature-gates",
+            metavar="A=true,B=false",
+            default="",
+            help=(f"feature gates (known: {', '.join(sorted(FEATURE_GATES))})"),
+        )
+        group.add_argument(
+            "--source",
+            default="file",
+            metavar="|".join(SOURCES),
+            help=("where the desired state comes from (default file)"),
+        )
         group = parser.add_argument_group("daemon")
-        group.add_argument("--health-addr", metavar="HOST:PORT", help=(
-            "health/metrics listen address (default 127.0.0.1:9091 without --root, "
-            "0.0.0.0:9091 with it; port 0 = any free port)"))
-        group.add_argument("--resync-interval", metavar="SECONDS", default="60", help=(
-            "re-read all inputs this often regardless of events; 0 disables (default 60)"))
-        group.add_argument("--shutdown-timeout", metavar="SECONDS", default="25", help=(
-            "time budget of teardown after SIGTERM (default 25)"))
-        group.add_argument("--once", action="store_true", help=(
-            "reconcile once (no daemons, no teardown), print a summary, exit 0/1"))
-        group.add_argument("--log-format", metavar="text|json", default="text", help=(
-            "log line format (default text)"))
-        group.add_argument("--log-level", metavar="LEVEL", default="INFO", help=(
-            "DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO)"))
+        group.add_argument(
+            "--health-addr",
+            metavar="HOST:PORT",
+            help=(
+                "health/metrics listen address (default 127.0.0.1:9091 without --root, "
+                "0.0.0.0:9091 with it; port 0 = any free port)"
+            ),
+        )
+        group.add_argument(
+            "--resync-interval",
+            metavar="SECONDS",
+            default="60",
+            help=("re-read all inputs this often regardless of events; 0 disables (default 60)"),
+        )
+        group.add_argument(
+            "--shutdown-timeout",
+            metavar="SECONDS",
+            default="25",
+            help=("time budget of teardown after SIGTERM (default 25)"),
+        )
+        group.add_argument(
+            "--once",
+            action="store_true",
+            help=("reconcile once (no daemons, no teardown), print a summary, exit 0/1"),
+        )
+        group.add_argument(
+            "--log-format",
+            metavar="text|json",
+            default="text",
+            help=("log line format (default text)"),
+        )
+        group.add_argument(
+            "--log-level",
+            metavar="LEVEL",
+            default="INFO",
+            help=("DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO)"),
+        )
 
     @classmethod
     def from_args(
@@ -199,7 +239,9 @@ class Settings:
             node_name=node_name,
             health_addr=health_addr,
             resync_interval=_seconds("--resync-interval", args.resync_interval, allow_zero=True),
-            shutdown_timeout=_seconds("--shutdown-timeout", args.shutdown_timeout, allow_zero=False),
+            shutdown_timeout=_seconds(
+                "--shutdown-timeout", args.shutdown_timeout, allow_zero=False
+            ),
             once=bool(args.once),
             log_format=_choice("--log-format", args.log_format, LOG_FORMATS),
             log_level=_choice("--log-level", args.log_level, LOG_LEVELS, upper=True),

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import trio
+import trio.lowlevel
 import trio_util
 
 from mokka.host import File, Host
@@ -42,15 +43,27 @@ def make_state(
         node_name=node_name,
         profile_name="fake",
         system=System(
-            driver_version="550.54.15", nvml_version="12.550.54.15",
-            cuda_version_major=12, cuda_version_minor=4,
+            driver_version="550.54.15",
+            nvml_version="12.550.54.15",
+            cuda_version_major=12,
+            cuda_version_minor=4,
         ),
         gpus=tuple(
             Gpu(
-                index=i, minor=i, uuid=f"GPU-fake-{i}", serial=f"SN{i}", name="Fake GPU",
-                brand="Tesla", architecture="Hopper", bus_id=f"0000:{0x10 + i:02x}:00.0",
-                pci_vendor_id=0x10DE, pci_device_id=0x2330, pci_subsystem_vendor_id=0x10DE,
-                pci_subsystem_device_id=0x16C1, root_complex="pci0000:00", numa_node=0,
+                index=i,
+                minor=i,
+                uuid=f"GPU-fake-{i}",
+                serial=f"SN{i}",
+                name="Fake GPU",
+                brand="Tesla",
+                architecture="Hopper",
+                bus_id=f"0000:{0x10 + i:02x}:00.0",
+                pci_vendor_id=0x10DE,
+                pci_device_id=0x2330,
+                pci_subsystem_vendor_id=0x10DE,
+                pci_subsystem_device_id=0x16C1,
+                root_complex="pci0000:00",
+                numa_node=0,
             )
             for i in range(gpus)
         ),
@@ -72,13 +85,14 @@ class FakeSimulator:
     discard_errors: list[BaseException | None] = attrs.field(factory=list)
     stage_delay: float = 0.0
     discard_delay: float = 0.0
-    ready: Readiness = Readiness.ok()
+    ready: Readiness = attrs.field(factory=Readiness.ok)
     #: generation of every completed stage, in order
     staged: list[int] = attrs.field(factory=list)
 
     def _record(self, method: str, state: State | None = None) -> None:
-        self.log.append((self.name, method, None if state is None else state.generation,
-                         trio.current_time()))
+        self.log.append(
+            (self.name, method, None if state is None else state.generation, trio.current_time())
+        )
 
     def calls(self, method: str) -> list[Call]:
         return [c for c in self.log if c[0] == self.name and c[1] == method]
@@ -157,7 +171,11 @@ class FakeDaemon(FakeSimulator):
     running: bool = False
 
     async def run(
-        self, host: Host, state: State, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        host: Host,
+        state: State,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         self._record("run", state)
         await trio.sleep(self.start_delay)
@@ -204,7 +222,7 @@ class MemorySource:
             out.value = update
         task_status.started()
         if self.fail_with is not None:
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
             raise self.fail_with
         await trio.sleep_forever()
 

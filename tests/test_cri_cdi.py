@@ -23,6 +23,7 @@ from mokka.simulators.cri import PLUGIN, CriSettings, CriSimulator, cdi
 from tests.cri_support import (
     DRIVER_OWNER,
     cdi_validator,
+    fake_settings,
     h100_state,
     load_spec,
     stage_driver,
@@ -38,8 +39,9 @@ def node(name: str) -> dict:
     return {"path": f"/dev/{name}", "hostPath": f"{DEV}/{name}"}
 
 
-def sim() -> CriSimulator:
-    return CriSimulator(CriSettings(container_runtime=False))
+def sim(**settings: object) -> CriSimulator:
+    """Runtime setup off; host commands still point at the stand-ins, never the machine's."""
+    return CriSimulator(fake_settings(container_runtime=False, **settings))
 
 
 async def teardown(simulator: CriSimulator, host: Host) -> None:
@@ -129,6 +131,20 @@ async def test_nri_spec_has_device_nodes_only(host: Host, node_root: Path) -> No
     assert snapshot(node_root) == before
 
 
+async def test_nri_off_publishes_no_nri_spec(host: Host, node_root: Path) -> None:
+    before = snapshot(node_root)
+    state = h100_state(1)
+    stage_driver(host, state)
+    await sim().apply(host, state)
+    assert (node_root / "var/run/cdi/mokka-nri.yaml").is_file()
+    simulator = sim(nri=False)
+    await simulator.stage(host, state)
+    await simulator.apply(host, state)
+    assert sorted(os.listdir(node_root / "var/run/cdi")) == ["nvidia.yaml"]
+    await teardown(simulator, host)
+    assert snapshot(node_root) == before
+
+
 async def test_specs_validate_against_the_cdi_schema(host: Host, node_root: Path) -> None:
     # A hook binary someone else installed: the spec names it, teardown leaves it.
     (node_root / "usr/bin").mkdir(parents=True)
@@ -186,6 +202,23 @@ async def test_optional_mounts_follow_the_node(host: Host, node_root: Path) -> N
     ]
     await teardown(simulator, host)
     host.discard("test-hook")
+    assert snapshot(node_root) == before
+
+
+async def test_no_fabric_state_mount_while_the_fabric_manager_is_off(
+    host: Host, node_root: Path
+) -> None:
+    """NVSwitch profile, --fabric-manager off: no state directory, so no mount (not a failure)."""
+    before = snapshot(node_root)
+    state = h100_state(2)
+    assert state.has_nvswitch
+    stage_driver(host, state, fabric=False)
+    simulator = sim()
+    await simulator.apply(host, state)
+    mounts = load_spec(node_root, "/var/run/cdi/nvidia.yaml")["containerEdits"]["mounts"]
+    assert "/var/lib/nvml-mock/fabric-state" not in [m["hostPath"] for m in mounts]
+    assert simulator.readiness.ready
+    await teardown(simulator, host)
     assert snapshot(node_root) == before
 
 

@@ -27,18 +27,18 @@ from pathlib import Path
 import attrs
 import pytest
 
-from mokka import layout, native
+from mokka import native
 from mokka.errors import ApplyError, NativeArtifactMissing
-from mokka.host import Directory, Host
-from mokka.simulators.cri import CriSettings, CriSimulator
+from mokka.host import Host
+from mokka.simulators.cri import CriSimulator
+from mokka.simulators.fabricmanager import FabricManagerSimulator
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
+from tests.cri_support import fake_settings
 from tests.support import ROOT, real_nvidia_smi, require_tool, snapshot
 
 IMAGE = "localhost/mokka-cri-test:latest"
-#: Stands in for the fabric manager, which creates its state directory at run time.
-FABRIC_OWNER = "test-fabricmanager"
 #: Bounds each podman call; a container here starts in about a second.
 PODMAN_TIMEOUT = 180
 
@@ -155,25 +155,35 @@ def stand_in_native(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
-async def stage_node(host: Host, state: State) -> tuple[GpuDriverSimulator, CriSimulator]:
-    """gpudriver stages the driver tree (real nvidia-smi), cri publishes the specs."""
-    driver = GpuDriverSimulator(
-        settings=GpuDriverSettings(nvidia_smi_binary=real_nvidia_smi(), publish="symlink")
+@attrs.frozen
+class Node:
+    """The simulators whose files the specs name, staged; cri built but not applied."""
+
+    driver: GpuDriverSimulator
+    fabric: FabricManagerSimulator
+    cri: CriSimulator
+
+
+async def stage_node(host: Host, state: State) -> Node:
+    """gpudriver (real nvidia-smi) and the fabric manager stage; cri stages."""
+    node = Node(
+        driver=GpuDriverSimulator(
+            settings=GpuDriverSettings(nvidia_smi_binary=real_nvidia_smi(), publish="symlink")
+        ),
+        fabric=FabricManagerSimulator(),
+        # Runtime setup off; host commands point at the stand-ins, never the machine's.
+        cri=CriSimulator(fake_settings(container_runtime=False)),
     )
-    await driver.stage(host, state)
-    if state.has_nvswitch:
-        host.converge(FABRIC_OWNER, [Directory(layout.FABRIC_STATE_DIR)])
-    cri = CriSimulator(CriSettings(container_runtime=False))
-    await cri.stage(host, state)
-    await cri.apply(host, state)
-    return driver, cri
+    await node.driver.stage(host, state)
+    await node.fabric.stage(host, state)
+    await node.cri.stage(host, state)
+    return node
 
 
-async def teardown(host: Host, driver: GpuDriverSimulator, cri: CriSimulator) -> None:
-    await cri.revoke(host)
-    await cri.discard(host)
-    host.discard(FABRIC_OWNER)
-    await driver.discard(host)
+async def teardown(host: Host, node: Node) -> None:
+    await node.cri.revoke(host)
+    for simulator in (node.cri, node.fabric, node.driver):
+        await simulator.discard(host)
 
 
 def nvidia_nodes(listing: str) -> list[str]:
@@ -185,7 +195,8 @@ async def test_container_gets_exactly_the_requested_gpu(
 ) -> None:
     before = snapshot(node_root)
     state = h100()
-    driver, cri = await stage_node(host, state)
+    node = await stage_node(host, state)
+    await node.cri.apply(host, state)
     minor = state.gpu(1).minor
     controls = ["nvidia-uvm", "nvidia-uvm-tools", "nvidiactl"]
 
@@ -225,7 +236,7 @@ async def test_container_gets_exactly_the_requested_gpu(
     assert "nvidia-smi" in result.stdout
     assert "/var/lib/nvml-mock/fabric-state" in result.stdout
 
-    await teardown(host, driver, cri)
+    await teardown(host, node)
     assert snapshot(node_root) == before
     # Revoked: podman no longer knows the kind.
     result = podman.container("nvidia.com/gpu=1", "true", node_root)
@@ -238,21 +249,16 @@ async def test_spec_for_a_missing_device_node_is_never_published(
 ) -> None:
     before = snapshot(node_root)
     state = h100()
-    driver = GpuDriverSimulator(
-        settings=GpuDriverSettings(nvidia_smi_binary=real_nvidia_smi(), publish="symlink")
-    )
-    await driver.stage(host, state)
-    host.converge(FABRIC_OWNER, [Directory(layout.FABRIC_STATE_DIR)])
+    node = await stage_node(host, state)
     os.unlink(node_root / f"var/lib/nvml-mock/driver/dev/nvidia{state.gpu(1).minor}")
-    cri = CriSimulator(CriSettings(container_runtime=False))
     with pytest.raises(ApplyError, match=r"nvidia1 does not exist"):
-        await cri.apply(host, state)
+        await node.cri.apply(host, state)
     assert not (node_root / "var/run/cdi").exists()
     result = podman.container("nvidia.com/gpu=0", "true", node_root)
     assert result.returncode != 0
     assert "unresolvable CDI devices nvidia.com/gpu=0" in result.stderr
 
-    await teardown(host, driver, cri)
+    await teardown(host, node)
     assert snapshot(node_root) == before
 
 
@@ -266,7 +272,8 @@ async def test_nvidia_smi_in_the_container_lists_only_its_gpu(
         pytest.fail(f"{exc}; build it with: .venv/bin/python native/build.py {ROOT}/mokka/_native")
     before = snapshot(node_root)
     state = h100()
-    driver, cri = await stage_node(host, state)
+    node = await stage_node(host, state)
+    await node.cri.apply(host, state)
 
     result = podman.container("nvidia.com/gpu=1", "nvidia-smi -L", node_root)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -281,5 +288,5 @@ async def test_nvidia_smi_in_the_container_lists_only_its_gpu(
     for gpu, line in zip(state.gpus, listed, strict=True):
         assert gpu.uuid in line
 
-    await teardown(host, driver, cri)
+    await teardown(host, node)
     assert snapshot(node_root) == before

@@ -7,6 +7,8 @@ recording ``fake-systemctl``.
 
 from __future__ import annotations
 
+import datetime
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mokka.host import Host
-from mokka.simulators.cri import CriSettings, CriSimulator
+from mokka.simulators.cri import CriSettings, CriSimulator, tomlwriter
 from mokka.simulators.cri import runtime as runtime_mod
 from tests.cri_support import (
     DEBIAN_CONTAINERD_CONFIG,
@@ -157,6 +159,7 @@ async def test_first_apply_installs_configures_and_restarts_once(
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE]
     assert simulator.readiness.ready
     assert simulator.readiness.reason == (
+        "CDI specs published for 2 GPU(s); "
         "containerd configured by /etc/containerd/conf.d/50-mokka.toml"
     )
 
@@ -269,7 +272,7 @@ async def test_containerd_not_coming_back_is_not_ready(
     readiness = simulator.readiness
     assert not readiness.ready
     assert readiness.reason == (
-        "containerd did not come back after restart (systemctl is-active containerd: failed); "
+        "CDI specs published for 1 GPU(s); containerd did not come back after restart (systemctl is-active containerd: failed); "
         "see `journalctl -u containerd` on the node"
     )
     # Unchanged reconciles look again, without restarting again.
@@ -296,7 +299,9 @@ async def test_no_containerd_leaves_the_runtime_alone(
     await simulator.apply(host, state)
     await simulator.apply(host, state)
     assert simulator.readiness.ready
-    assert simulator.readiness.reason.startswith("no containerd on the host's PATH")
+    assert simulator.readiness.reason.startswith(
+        "CDI specs published for 1 GPU(s); no containerd on the host's PATH"
+    )
     assert fakes.ctk_calls() == []
     assert fakes.systemctl_calls() == []
     assert (node_root / "var/run/cdi/nvidia.yaml").is_file()
@@ -394,7 +399,7 @@ async def test_nvidia_ctk_failure_is_not_ready_and_retried(
     await simulator.apply(host, state)
     assert not simulator.readiness.ready
     assert simulator.readiness.reason == (
-        "nvidia-ctk runtime configure failed (exit 1): nvidia-ctk (fake): unable to load config"
+        "CDI specs published for 1 GPU(s); nvidia-ctk runtime configure failed (exit 1): nvidia-ctk (fake): unable to load config"
     )
     assert fakes.systemctl_calls() == []
     # The specs are published regardless: they do not depend on containerd.
@@ -499,3 +504,78 @@ def test_default_commands_run_against_the_host(node_root: Path) -> None:
     assert runtime_mod.nri_settings("/var/run/nri/nri.sock") == {
         "disable": False, "socket_path": "/var/run/nri/nri.sock",
     }
+
+
+def test_dropin_keeps_the_nodes_own_plugin_settings() -> None:
+    """Before containerd 2.1 an imported table replaces the main one: ours repeats the node's."""
+    main = tomllib.loads(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nsandbox_image = "pause:3.9"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "runc"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "SystemdCgroup = true\n"
+        '[plugins."io.containerd.nri.v1.nri"]\ndisable = true\nplugin_path = "/opt/nri"\n'
+        '[plugins."io.containerd.internal.v1.opt"]\npath = "/opt/containerd"\n'
+    )
+    ours = {
+        "version": 2,
+        "plugins": {
+            "io.containerd.grpc.v1.cri": {
+                "enable_cdi": True,
+                "containerd": {
+                    "default_runtime_name": "nvidia",
+                    "runtimes": {"nvidia": {"options": {"BinaryName": "/usr/bin/x"}}},
+                },
+            },
+            "io.containerd.nri.v1.nri": runtime_mod.nri_settings("/var/run/nri/nri.sock"),
+        },
+    }
+    merged = runtime_mod.merge_plugins(main, ours)
+    assert merged == {
+        "version": 2,
+        "plugins": {
+            "io.containerd.grpc.v1.cri": {
+                "sandbox_image": "pause:3.9",
+                "enable_cdi": True,
+                "containerd": {
+                    "default_runtime_name": "nvidia",
+                    "runtimes": {
+                        "runc": {"options": {"SystemdCgroup": True}},
+                        "nvidia": {"options": {"BinaryName": "/usr/bin/x"}},
+                    },
+                },
+            },
+            "io.containerd.nri.v1.nri": {
+                "disable": False,
+                "plugin_path": "/opt/nri",
+                "socket_path": "/var/run/nri/nri.sock",
+            },
+        },
+    }
+    # The merged drop-in survives the round trip through the TOML writer.
+    assert tomllib.loads(tomlwriter.dumps(merged)) == merged
+
+
+def test_toml_writer_round_trips_containerd_shaped_documents() -> None:
+    doc = {
+        "version": 2,
+        "imports": ["/etc/containerd/conf.d/*.toml"],
+        "oom_score": -999,
+        "ratio": 0.5,
+        "big": float("inf"),
+        "when": datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC),
+        "plugins": {
+            'odd "key".name': {"s": 'quote " backslash \\ newline \n tab \t ünïcode \x01'},
+            "empty": {},
+            "io.containerd.grpc.v1.cri": {
+                "registry": {"mirrors": {"docker.io": {"endpoint": ["https://mirror"]}}},
+                "list_of_tables": [{"a": 1, "b": [True, False]}],
+            },
+        },
+    }
+    text = tomlwriter.dumps(doc)
+    assert tomllib.loads(text) == doc
+    assert '[plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]' in text
+    assert "[plugins.empty]" in text
+    assert math.isnan(tomllib.loads(tomlwriter.dumps({"x": float("nan")}))["x"])
+    with pytest.raises(TypeError, match="cannot write NoneType None as TOML"):
+        tomlwriter.dumps({"x": None})

@@ -23,7 +23,8 @@ from mokka.simulators.fabricmanager import (
     FabricManagerSettings,
     FabricManagerSimulator,
 )
-from mokka.state.model import Fabric, Gpu, Nvlink, NvlinkSwitch, State, System
+from mokka.state.compile import compile_profile
+from mokka.state.model import State
 from tests.support import ROOT, snapshot
 
 MARKER = layout.FABRIC_READY_MARKER.lstrip("/")
@@ -31,26 +32,9 @@ STATE_DIR = layout.FABRIC_STATE_DIR.lstrip("/")
 
 
 def make_state(*, nvswitch: bool = True, generation: int = 1) -> State:
-    """NVSwitch (GB200-like, fabric state ``auto``) or a plain PCIe profile."""
-    fabric = Fabric(cluster_uuid="00000000-0000-0000-0000-0000000000ab", clique_id=0, state="auto")
-    return State(
-        generation=generation, content_hash=f"h{generation}", node_name="node-a",
-        profile_name="gb200" if nvswitch else "l40s",
-        system=System(driver_version="580.173.02", nvml_version="13.580.173.02",
-                      cuda_version_major=13, cuda_version_minor=0),
-        gpus=(
-            Gpu(index=0, minor=0, uuid="GPU-00000000-0000-0000-0000-000000000000",
-                serial="1654321000000", name="NVIDIA GB200", brand="Nvidia",
-                architecture="blackwell", bus_id="0008:01:00.0", pci_vendor_id=0x10DE,
-                pci_device_id=0x2941, pci_subsystem_vendor_id=0x10DE,
-                pci_subsystem_device_id=0x2046, root_complex="pci0008:01", numa_node=0,
-                fabric=fabric if nvswitch else None),
-        ),
-        nvlink=Nvlink(version=5, links_per_gpu=18, bandwidth_per_link_mbps=50000,
-                      c2c_enabled=nvswitch,
-                      switches=(NvlinkSwitch(bdf="0000:00:00.0", uuid="NVSwitch-0"),) if nvswitch
-                      else ()),
-    )
+    """The built-in h100 profile (HGX, NVSwitch: fabric manager on) or l40s (PCIe only)."""
+    return compile_profile("h100" if nvswitch else "l40s", node_name="node-a",
+                           generation=generation)
 
 
 # ---- stage / discard ---------------------------------------------------------
@@ -76,10 +60,15 @@ async def test_stage_gives_exactly_the_fabric_state_directory(host: Host, node_r
     assert snapshot(node_root) == before
 
 
-async def test_a_profile_without_nvswitch_stages_nothing(host: Host, node_root: Path) -> None:
+@pytest.mark.parametrize("profile", ["l40s", "gb200"])
+async def test_a_profile_without_nvswitch_stages_nothing(
+    host: Host, node_root: Path, profile: str
+) -> None:
+    # GB200 compute trays reach the NVSwitch trays over the fabric: the fabric
+    # manager runs on the switch trays, not on this node.
     before = snapshot(node_root)
     fm = FabricManagerSimulator()
-    await fm.stage(host, make_state(nvswitch=False))
+    await fm.stage(host, compile_profile(profile, node_name="node-a"))
     assert snapshot(node_root) == before
     assert fm.readiness.ready and "profile has no NVSwitch" in fm.readiness.reason
 

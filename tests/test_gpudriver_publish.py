@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import attrs
 import pytest
+import trio
 
+from mokka import native as native_build
 from mokka.errors import ApplyError
 from mokka.host import Host
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.simulators.gpudriver import publish as publishing
 from tests.gpudriver_support import (
+    DRIVER,
     LIB_BYTES,
     SMI_BYTES,
     UNSHARE,
@@ -26,7 +30,7 @@ from tests.gpudriver_support import (
     teardown,
     use_native_stand_ins,
 )
-from tests.support import require_tool, snapshot
+from tests.support import real_nvidia_smi, require_tool, snapshot
 
 
 @pytest.fixture
@@ -202,3 +206,52 @@ def test_mountinfo_escapes_are_decoded(tmp_path: Path) -> None:
     assert not publishing.is_mountpoint(tmp_path, mountinfo)
 
 
+
+
+async def test_the_gpu_operator_validator_command_runs_through_the_published_tree(
+    host: Host, node_root: Path, tmp_path: Path
+) -> None:
+    # The real built mock library and the real nvidia-smi 535, run the way the
+    # GPU Operator validator runs them: LD_LIBRARY_PATH=/run/nvidia/driver/usr/lib64
+    # /run/nvidia/driver/usr/bin/nvidia-smi.  pynvml (NVIDIA's own bindings)
+    # loads the same library by SONAME.
+    library = native_build.artifact(native_build.NVML_LIBRARY)  # fails clearly when not built
+    smi = real_nvidia_smi()
+    sim = GpuDriverSimulator(
+        settings=GpuDriverSettings(nvidia_smi_binary=smi, publish="symlink")
+    )
+    published = node_root / "run/nvidia/driver"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(published / "usr/lib64"))
+
+    async def run(*argv: str) -> list[str]:
+        with trio.fail_after(60):  # a bound, not a timing assertion
+            result = await trio.run_process(
+                list(argv), env=env, capture_stdout=True, capture_stderr=True, check=False
+            )
+        output = result.stdout.decode() + result.stderr.decode()
+        assert result.returncode == 0, output
+        return result.stdout.decode().splitlines()
+
+    smi_path = str(published / "usr/bin/nvidia-smi")
+
+    for gpus in (8, 4):  # the shrunken node must show only what is staged
+        state = make_state(gpus)
+        await sim.stage(host, state)
+        await sim.apply(host, state)
+        assert sim.readiness.ready, sim.readiness.reason
+        listed = await run(smi_path, "-L")
+        assert listed == [f"GPU {g.index}: {g.name} (UUID: {g.uuid})" for g in state.gpus]
+        rows = await run(smi_path, "--query-gpu=driver_version,pci.bus_id", "--format=csv,noheader")
+        assert rows == [f"{DRIVER}, {g.nvml_bus_id}" for g in state.gpus]
+    assert (published / "usr/lib64/libnvidia-ml.so.1").read_bytes() == library.read_bytes()
+
+    probe = (
+        "import pynvml; pynvml.nvmlInit(); "
+        "print(pynvml.nvmlDeviceGetCount(), pynvml.nvmlSystemGetDriverVersion()); "
+        "pynvml.nvmlShutdown()"
+    )
+    assert " ".join(await run(sys.executable, "-c", probe)).split() == ["4", DRIVER]
+
+    await sim.revoke(host)
+    await sim.discard(host)
+    assert snapshot(node_root) == {}

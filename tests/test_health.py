@@ -66,8 +66,10 @@ async def test_before_any_pass_alive_but_not_ready(autojump_clock, host: Host):
     async with served(host, [FakeSimulator("a")]) as probe:
         code, body = await probe.get("/healthz")
         assert code == 200
-        assert body["status"] == "ok" and body["observed_generation"] is None
-        assert body["last_pass"] is None and body["simulators"] == {"a": {"stage": None}}
+        assert body["status"] == "ok"
+        assert body["observed_generation"] is None
+        assert body["last_pass"] is None
+        assert body["simulators"] == {"a": {"stage": None}}
         code, body = await probe.get("/readyz")
         assert code == 503
         assert body["reasons"] == ["no reconcile pass has succeeded yet"]
@@ -93,14 +95,17 @@ async def test_stage_failures_fail_healthz_until_the_next_good_stage(
             "pcibus": "StageError: sysfs tree: disk full",
             "imex": "RuntimeError: archive corrupt",
         }
-        assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", f["at"]) for f in body["failed"].values())
+        assert all(
+            re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", f["at"]) for f in body["failed"].values()
+        )
         assert body["simulators"]["gpudriver"]["stage"]["ok"] is True
         assert body["simulators"]["pcibus"]["stage"]["ok"] is False
         assert body["observed_generation"] == 3
         assert body["last_pass"]["outcome"] == "stage-failed"
         assert body["last_pass"]["retry_in_seconds"] == 1.0
         code, body = await probe.get("/readyz")
-        assert code == 503 and body["reasons"] == ["no reconcile pass has succeeded yet"]
+        assert code == 503
+        assert body["reasons"] == ["no reconcile pass has succeeded yet"]
 
         await trio.sleep(5)
         await probe.reconciler.reconcile_once(make_state(3), attempt=2)
@@ -114,10 +119,14 @@ async def test_stage_failures_fail_healthz_until_the_next_good_stage(
     assert snapshot(node_root) == before
 
 
-async def test_readyz_names_each_simulator_that_is_not_ready(autojump_clock, host: Host, node_root: Path):
+async def test_readyz_names_each_simulator_that_is_not_ready(
+    autojump_clock, host: Host, node_root: Path
+):
     before = snapshot(node_root)
     sims = [
-        FakeSimulator("gpudriver", ready=Readiness.not_ready("placeholder device nodes (no CAP_MKNOD)")),
+        FakeSimulator(
+            "gpudriver", ready=Readiness.not_ready("placeholder device nodes (no CAP_MKNOD)")
+        ),
         FakeApplier("cri", ready=Readiness.not_ready("containerd restart pending")),
         FakeSimulator("nvlink"),
     ]
@@ -139,25 +148,33 @@ async def test_readyz_names_each_simulator_that_is_not_ready(autojump_clock, hos
     assert snapshot(node_root) == before
 
 
-async def test_a_crashed_daemon_is_not_ready_until_restarted(autojump_clock, host: Host, node_root: Path):
+async def test_a_crashed_daemon_is_not_ready_until_restarted(
+    autojump_clock, host: Host, node_root: Path
+):
     before = snapshot(node_root)
     daemon = FakeDaemon("fabricmanager", crash_after=[5], crash_error=RuntimeError("fm died"))
     async with served(host, [daemon, FakeSimulator("gpudriver")]) as probe:
         assert (await probe.reconciler.reconcile_once(make_state(1))).ok
         code, body = await probe.get("/readyz")
-        assert code == 200 and body["daemons"]["fabricmanager"]["phase"] == "running"
+        assert code == 200
+        assert body["daemons"]["fabricmanager"]["phase"] == "running"
         await trio.sleep(5.5)  # crashed at 5, restart due at 6
         code, body = await probe.get("/readyz")
         assert code == 503
         assert body["not_ready"] == {
-            "fabricmanager": "daemon crashed: RuntimeError: fm died, restarting in 1s"}
+            "fabricmanager": "daemon crashed: RuntimeError: fm died, restarting in 1s"
+        }
         assert body["daemons"]["fabricmanager"] == {
-            "phase": "crashed", "restarts": 0, "error": "RuntimeError: fm died"}
+            "phase": "crashed",
+            "restarts": 0,
+            "error": "RuntimeError: fm died",
+        }
         # Liveness does not care: the Stage wave was fine.
         assert (await probe.get("/healthz"))[0] == 200
         await trio.sleep(1)
         code, body = await probe.get("/readyz")
-        assert code == 200 and body["daemons"]["fabricmanager"]["restarts"] == 1
+        assert code == 200
+        assert body["daemons"]["fabricmanager"]["restarts"] == 1
     assert snapshot(node_root) == before
 
 
@@ -168,12 +185,16 @@ async def test_bodies_report_the_source_error_without_failing_probes(autojump_cl
         assert (await probe.reconciler.reconcile_once(state)).ok
         probe.reconciler._note_update(
             SourceUpdate(
-                state=state, error=SpecError("profile.yaml: devices[0].uuid: 7, expected a string"))
+                state=state, error=SpecError("profile.yaml: devices[0].uuid: 7, expected a string")
+            )
         )
         for path in ("/healthz", "/readyz"):
             code, body = await probe.get(path)
             assert code == 200
-            assert body["source_error"]["error"] == "profile.yaml: devices[0].uuid: 7, expected a string"
+            assert (
+                body["source_error"]["error"]
+                == "profile.yaml: devices[0].uuid: 7, expected a string"
+            )
 
 
 # ---- /metrics -------------------------------------------------------------
@@ -203,7 +224,8 @@ def parse_prometheus(text: str) -> tuple[dict[str, str], dict[tuple[str, frozens
             assert name not in types, f"second TYPE for {name}"
             types[name] = kind
             continue
-        assert line and not line.startswith("#"), f"unexpected line {line!r}"
+        assert line, "empty line"
+        assert not line.startswith("#"), f"unexpected comment {line!r}"
         match = _SAMPLE.match(line)
         assert match, f"not a sample line: {line!r}"
         name = match["name"]
@@ -242,9 +264,7 @@ async def test_metrics_parse_and_carry_the_figures(autojump_clock, host: Host, n
     async with served(host, sims) as probe:
         await probe.reconciler.reconcile_once(make_state(1))
         await probe.reconciler.reconcile_once(make_state(2), attempt=2)
-        probe.reconciler._note_update(
-            SourceUpdate(
-                state=make_state(2), error=SpecError("bad")))
+        probe.reconciler._note_update(SourceUpdate(state=make_state(2), error=SpecError("bad")))
         await trio.sleep(30)
         response = await probe.client.get("/metrics")
         assert response.status_code == 200
@@ -259,11 +279,24 @@ async def test_metrics_parse_and_carry_the_figures(autojump_clock, host: Host, n
     assert sample(samples, "mokka_passes_total", outcome="stage-failed") == 1
     assert sample(samples, "mokka_passes_total", outcome="apply-failed") == 0
     assert sample(samples, "mokka_simulator_failures_total", simulator="cri", wave="stage") == 1
-    assert sample(samples, "mokka_simulator_failures_total", simulator="gpudriver", wave="stage") == 0
-    assert sample(samples, "mokka_simulator_duration_seconds_sum", simulator="gpudriver", wave="stage") == 4
-    assert sample(samples, "mokka_simulator_duration_seconds_count", simulator="cri", wave="apply") == 1
-    assert sample(samples, "mokka_simulator_last_duration_seconds", simulator="cri", wave="apply") == 3
-    assert sample(samples, "mokka_simulator_duration_seconds_count", simulator="ib", wave="supervise") == 1
+    assert (
+        sample(samples, "mokka_simulator_failures_total", simulator="gpudriver", wave="stage") == 0
+    )
+    assert (
+        sample(samples, "mokka_simulator_duration_seconds_sum", simulator="gpudriver", wave="stage")
+        == 4
+    )
+    assert (
+        sample(samples, "mokka_simulator_duration_seconds_count", simulator="cri", wave="apply")
+        == 1
+    )
+    assert (
+        sample(samples, "mokka_simulator_last_duration_seconds", simulator="cri", wave="apply") == 3
+    )
+    assert (
+        sample(samples, "mokka_simulator_duration_seconds_count", simulator="ib", wave="supervise")
+        == 1
+    )
     assert sample(samples, "mokka_observed_generation") == 2
     assert sample(samples, "mokka_applied_generation") == 2
     assert sample(samples, "mokka_seconds_since_last_success") == 30

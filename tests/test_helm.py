@@ -20,126 +20,11 @@ import yaml
 from tests.helm_tool import helm_binary, helm_version
 from tests.support import DATA, ROOT
 
-CHART = ROOT / "helm" / "mokka"
-RELEASE = "mk"
-NAMESPACE = "mokka-system"
-HELM_DATA = DATA / "helm"
-
-
-class Helm:
-    """Runs the real helm with its caches under a temporary directory."""
-
-    def __init__(self, binary: Path, home: Path) -> None:
-        self.binary = binary
-        self.env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(home),
-            "HELM_CACHE_HOME": str(home / "cache"),
-            "HELM_CONFIG_HOME": str(home / "config"),
-            "HELM_DATA_HOME": str(home / "data"),
-        }
-        self.home = home
-        self._files = 0
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.binary), *args], capture_output=True, text=True, env=self.env, timeout=120
-        )
-
-    def values_args(self, values: dict[str, Any] | None, sets: tuple[str, ...]) -> list[str]:
-        args: list[str] = []
-        if values is not None:
-            self._files += 1
-            path = self.home / f"values-{self._files}.yaml"
-            path.write_text(yaml.safe_dump(values))
-            args += ["-f", str(path)]
-        for item in sets:
-            args += ["--set", item]
-        return args
-
-    def template(
-        self, values: dict[str, Any] | None = None, *sets: str, files: tuple[Path, ...] = ()
-    ) -> list[dict[str, Any]]:
-        """Render and parse; fails the test with helm's message when rendering fails."""
-        extra = [arg for f in files for arg in ("-f", str(f))]
-        done = self.run(
-            "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-            *extra, *self.values_args(values, sets),
-        )
-        assert done.returncode == 0, f"helm template failed:\n{done.stderr}"
-        return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
-
-    def template_error(self, values: dict[str, Any] | None = None, *sets: str) -> str:
-        """Render expecting a refusal; returns helm's error output."""
-        done = self.run(
-            "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-            *self.values_args(values, sets),
-        )
-        assert done.returncode != 0, f"helm template accepted values it must refuse:\n{done.stdout}"
-        return done.stderr
-
-
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     binary = helm_binary()
     assert helm_version(binary).startswith(("v3.", "v4.")), helm_version(binary)
     return Helm(binary, tmp_path_factory.mktemp("helm-home"))
-
-
-# --------------------------------------------------------------------------
-# Helpers over rendered objects
-# --------------------------------------------------------------------------
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def daemonset(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (ds,) = by_kind(docs, "DaemonSet")
-    return ds
-
-
-def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return daemonset(docs)["spec"]["template"]["spec"]
-
-
-def agent(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = pod_spec(docs)["containers"]
-    assert [c["name"] for c in containers] == ["node-agent"]
-    return containers[0]
-
-
-def flags(docs: list[dict[str, Any]]) -> dict[str, str]:
-    """The agent's ``--name=value`` arguments as a mapping (every one has a value)."""
-    result = {}
-    for arg in agent(docs)["args"]:
-        name, sep, value = arg.partition("=")
-        assert sep and name.startswith("--"), f"argument {arg!r} is not --name=value"
-        assert name not in result, f"{name} rendered twice"
-        result[name] = value
-    return result
-
-
-def mounts(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {m["mountPath"]: m for m in container.get("volumeMounts", [])}
-
-
-def volumes(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {v["name"]: v for v in pod_spec(docs)["volumes"]}
-
-
-def configmap(docs: list[dict[str, Any]], suffix: str) -> dict[str, Any]:
-    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith(suffix)]
-    return cm
-
-
-def chart_meta() -> dict[str, Any]:
-    return yaml.safe_load((CHART / "Chart.yaml").read_text())
-
-
-def default_values() -> dict[str, Any]:
-    return yaml.safe_load((CHART / "values.yaml").read_text())
 
 
 #: A small but complete custom profile (the upstream schema's required parts).
@@ -174,7 +59,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             ],
         }
     },
-    "runtime-off": {"nodeAgent": {"containerRuntime": {"enabled": False}, "nri": {"enabled": False}}},
+    "runtime-off": {
+        "nodeAgent": {"containerRuntime": {"enabled": False}, "nri": {"enabled": False}}
+    },
     "restart-none": {"nodeAgent": {"containerRuntime": {"restartMode": "none"}}},
     "imex-image": {
         "nodeAgent": {
@@ -239,7 +126,9 @@ def test_default_render_objects(helm: Helm) -> None:
     docs = helm.template()
     assert sorted(d["kind"] for d in docs) == ["DaemonSet", "ServiceAccount"]
     # No RBAC: the agent never talks to the API server.
-    assert not [d for d in docs if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    assert not [
+        d for d in docs if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+    ]
     sa = by_kind(docs, "ServiceAccount")[0]
     spec = pod_spec(docs)
     assert spec["serviceAccountName"] == sa["metadata"]["name"]
@@ -308,7 +197,9 @@ def test_default_render_pod(helm: Helm) -> None:
     assert "initContainers" not in spec
     container_mounts = mounts(agent(docs))
     assert container_mounts["/host"] == {
-        "name": "host-root", "mountPath": "/host", "mountPropagation": "Bidirectional",
+        "name": "host-root",
+        "mountPath": "/host",
+        "mountPropagation": "Bidirectional",
     }
     assert container_mounts["/dev/kmsg"]["name"] == "kmsg"
     assert "/etc/mokka" not in container_mounts
@@ -317,7 +208,10 @@ def test_default_render_pod(helm: Helm) -> None:
     assert vols["kmsg"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
     assert set(vols) == {"host-root", "kmsg"}
     strategy = daemonset(docs)["spec"]["updateStrategy"]
-    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
 
 
 @pytest.mark.realclient
@@ -326,7 +220,8 @@ def test_selector_matches_pod_labels(helm: Helm) -> None:
     selector = ds["spec"]["selector"]["matchLabels"]
     pod_labels = ds["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= pod_labels.items()
-    assert pod_labels["team"] == "gpu" and pod_labels["env"] == "ci"
+    assert pod_labels["team"] == "gpu"
+    assert pod_labels["env"] == "ci"
     assert ds["metadata"]["labels"]["env"] == "ci"
     assert "team" not in selector
 
@@ -344,11 +239,16 @@ def test_custom_profile_configmap(helm: Helm) -> None:
     assert flags(docs)["--profile"] == "/etc/mokka/config.yaml"
     mount = mounts(agent(docs))["/etc/mokka"]
     # A directory mount, never subPath: subPath mounts miss ConfigMap updates.
-    assert "subPath" not in mount and mount["readOnly"] is True
+    assert "subPath" not in mount
+    assert mount["readOnly"] is True
     sources = volumes(docs)[mount["name"]]["projected"]["sources"]
     assert sources == [
-        {"configMap": {"name": cm["metadata"]["name"],
-                       "items": [{"key": "config.yaml", "path": "config.yaml"}]}}
+        {
+            "configMap": {
+                "name": cm["metadata"]["name"],
+                "items": [{"key": "config.yaml", "path": "config.yaml"}],
+            }
+        }
     ]
     # No checksum annotation: the agent hot-reloads the profile.
     assert "annotations" not in daemonset(docs)["spec"]["template"]["metadata"]
@@ -379,7 +279,8 @@ def test_custom_profile_invalid_yaml_is_refused(helm: Helm) -> None:
         ("# only a comment\n", "the document is empty"),
     ]:
         error = helm.template_error({"nodeAgent": {"customProfile": text}})
-        assert expected in error and detail in error, error
+        assert expected in error, error
+        assert detail in error, error
 
 
 @pytest.mark.realclient
@@ -392,7 +293,9 @@ def test_topology_configmap(helm: Helm) -> None:
     assert flags(docs)["--profile"] == "h100"
     mount = mounts(agent(docs))["/etc/mokka"]
     sources = volumes(docs)[mount["name"]]["projected"]["sources"]
-    assert [s["configMap"]["items"] for s in sources] == [[{"key": "topology.yaml", "path": "topology.yaml"}]]
+    assert [s["configMap"]["items"] for s in sources] == [
+        [{"key": "topology.yaml", "path": "topology.yaml"}]
+    ]
 
 
 @pytest.mark.realclient
@@ -404,7 +307,10 @@ def test_topology_values_file_of_the_earlier_chart(helm: Helm) -> None:
     expected = yaml.safe_load(values_file.read_text())["topology"]["domains"]
     assert doc == {"version": 1, "domains": expected}
     assert [c["nodes"] for d in doc["domains"] for c in d["cliques"]] == [
-        ["worker-0"], ["worker-1"], ["worker-2"], ["worker-3"]
+        ["worker-0"],
+        ["worker-1"],
+        ["worker-2"],
+        ["worker-3"],
     ]
 
 
@@ -430,9 +336,15 @@ def test_runtime_setup_off(helm: Helm) -> None:
     for absent in ("--containerd-config-dir", "--restart-mode", "--nri-socket"):
         assert absent not in rendered
     # The surge guard only applies while the runtime setup is on.
-    docs = helm.template(VALUE_SETS["runtime-off"], "updateStrategy.rollingUpdate.maxSurge=1",
-                         "updateStrategy.rollingUpdate.maxUnavailable=0")
-    assert daemonset(docs)["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    docs = helm.template(
+        VALUE_SETS["runtime-off"],
+        "updateStrategy.rollingUpdate.maxSurge=1",
+        "updateStrategy.rollingUpdate.maxUnavailable=0",
+    )
+    assert daemonset(docs)["spec"]["updateStrategy"]["rollingUpdate"] == {
+        "maxSurge": 1,
+        "maxUnavailable": 0,
+    }
 
 
 @pytest.mark.realclient
@@ -466,7 +378,9 @@ def test_imex_from_image(helm: Helm) -> None:
 
 @pytest.mark.realclient
 def test_imex_image_without_sha256_is_refused(helm: Helm) -> None:
-    error = helm.template_error(None, "nodeAgent.imex.binaries.image.repository=registry.example/imex")
+    error = helm.template_error(
+        None, "nodeAgent.imex.binaries.image.repository=registry.example/imex"
+    )
     assert "nodeAgent.imex.archive.sha256 is empty" in error
 
 
@@ -477,7 +391,10 @@ def test_everything_set(helm: Helm) -> None:
     assert rendered["--profile"] == "gb200"
     assert rendered["--log-format"] == "json"
     assert rendered["--feature-gates"] == "IMEXDownload=true"
-    assert rendered["--imex-archive-url"] == VALUE_SETS["everything"]["nodeAgent"]["imex"]["archive"]["url"]
+    assert (
+        rendered["--imex-archive-url"]
+        == VALUE_SETS["everything"]["nodeAgent"]["imex"]["archive"]["url"]
+    )
     assert rendered["--fabric-manager"] == "on"
     assert rendered["--fabric-manager-init-delay"] == "5"
     assert rendered["--kmsg-style"] == "raw"
@@ -488,9 +405,22 @@ def test_everything_set(helm: Helm) -> None:
 
 
 @pytest.mark.realclient
-def test_feature_gates_are_sorted(helm: Helm) -> None:
-    docs = helm.template({"nodeAgent": {"featureGates": {"Zeta": False, "Alpha": True}}})
-    assert flags(docs)["--feature-gates"] == "Alpha=true,Zeta=false"
+def test_feature_gates(helm: Helm) -> None:
+    rendered = flags(helm.template({"nodeAgent": {"featureGates": {"IMEXDownload": False}}}))
+    assert rendered["--feature-gates"] == "IMEXDownload=false"
+    assert "--feature-gates" not in flags(helm.template())
+
+
+def test_schema_feature_gates_are_the_daemon_gates() -> None:
+    """The schema refuses a gate the agent does not know (a typo would crash-loop every pod)."""
+    import json
+
+    from mokka.settings import FEATURE_GATES
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    gates = schema["properties"]["nodeAgent"]["properties"]["featureGates"]
+    assert gates["additionalProperties"] is False
+    assert sorted(gates["properties"]) == sorted(FEATURE_GATES)
 
 
 @pytest.mark.realclient
@@ -504,16 +434,20 @@ def test_unquoted_on_off_in_a_values_file(helm: Helm, tmp_path: Path) -> None:
 
 @pytest.mark.realclient
 def test_scheduling_values(helm: Helm) -> None:
-    docs = helm.template({
-        "nodeSelector": {"mokka.io/gpu": "true"},
-        "tolerations": [{"operator": "Exists"}],
-        "priorityClassName": "system-node-critical",
-        "imagePullSecrets": [{"name": "regcred"}],
-        "nodeAgent": {"image": {"tag": "1.2.3", "pullPolicy": "Always"},
-                      "extraArgs": ["--resync-interval=5"],
-                      "extraEnv": [{"name": "X", "value": "1"}]},
-        "serviceAccount": {"create": False, "name": "existing"},
-    })
+    docs = helm.template(
+        {
+            "nodeSelector": {"mokka.io/gpu": "true"},
+            "tolerations": [{"operator": "Exists"}],
+            "priorityClassName": "system-node-critical",
+            "imagePullSecrets": [{"name": "regcred"}],
+            "nodeAgent": {
+                "image": {"tag": "1.2.3", "pullPolicy": "Always"},
+                "extraArgs": ["--resync-interval=5"],
+                "extraEnv": [{"name": "X", "value": "1"}],
+            },
+            "serviceAccount": {"create": False, "name": "existing"},
+        }
+    )
     spec = pod_spec(docs)
     assert spec["nodeSelector"] == {"mokka.io/gpu": "true"}
     assert spec["tolerations"] == [{"operator": "Exists"}]
@@ -522,7 +456,8 @@ def test_scheduling_values(helm: Helm) -> None:
     assert spec["serviceAccountName"] == "existing"
     assert not by_kind(docs, "ServiceAccount")
     container = agent(docs)
-    assert container["image"].endswith(":1.2.3") and container["imagePullPolicy"] == "Always"
+    assert container["image"].endswith(":1.2.3")
+    assert container["imagePullPolicy"] == "Always"
     assert container["args"][-1] == "--resync-interval=5"
     assert container["env"][-1] == {"name": "X", "value": "1"}
 
@@ -543,8 +478,9 @@ def test_scheduling_values(helm: Helm) -> None:
         (("nodeAgent.imex.archive.sha256=abc",), "/nodeAgent/imex/archive/sha256"),
         (("nodeAgent.logFormat=xml",), "/nodeAgent/logFormat"),
         (("topology.domains[0].uuid=not-a-uuid",), "/topology/domains/0"),
+        (("nodeAgent.featureGates.IMEXDownload=maybe",), "/nodeAgent/featureGates/IMEXDownload"),
     ],
-    ids=["number", "boolean", "profile", "mode", "sha256", "log-format", "topology-uuid"],
+    ids=["number", "boolean", "profile", "mode", "sha256", "log-format", "topology-uuid", "gate"],
 )
 def test_schema_rejects_wrong_types(helm: Helm, sets: tuple[str, ...], message: str) -> None:
     error = helm.template_error(None, *sets)
@@ -556,11 +492,18 @@ def test_schema_rejects_wrong_types(helm: Helm, sets: tuple[str, ...], message: 
     ("sets", "where"),
     [
         (("nodeAgent.replicas=2",), "'/nodeAgent': additional properties 'replicas'"),
-        (("nodeAgent.imex.binaries.images=x",), "'/nodeAgent/imex/binaries': additional properties 'images'"),
+        (
+            ("nodeAgent.imex.binaries.images=x",),
+            "'/nodeAgent/imex/binaries': additional properties 'images'",
+        ),
         (("image.tag=1",), "additional properties 'image'"),
         (("containerRuntime.enabled=false",), "additional properties 'containerRuntime'"),
+        (
+            ("nodeAgent.featureGates.IMEXDownlaod=true",),
+            "'/nodeAgent/featureGates': additional properties 'IMEXDownlaod'",
+        ),
     ],
-    ids=["nodeAgent", "nested", "top-level-image", "top-level-runtime"],
+    ids=["nodeAgent", "nested", "top-level-image", "top-level-runtime", "feature-gate"],
 )
 def test_schema_rejects_unknown_keys(helm: Helm, sets: tuple[str, ...], where: str) -> None:
     error = helm.template_error(None, *sets)
@@ -571,8 +514,10 @@ def test_schema_rejects_unknown_keys(helm: Helm, sets: tuple[str, ...], where: s
 @pytest.mark.parametrize("surge", ["1", "10%"])
 def test_max_surge_with_runtime_setup_is_refused(helm: Helm, surge: str) -> None:
     error = helm.template_error(None, f"updateStrategy.rollingUpdate.maxSurge={surge}")
-    assert f"updateStrategy.rollingUpdate.maxSurge={surge} cannot be used while " \
-           "nodeAgent.containerRuntime.enabled=true" in error
+    assert (
+        f"updateStrategy.rollingUpdate.maxSurge={surge} cannot be used while "
+        "nodeAgent.containerRuntime.enabled=true" in error
+    )
     assert "teardown reverts the containerd setup" in error
 
 
@@ -624,20 +569,6 @@ def test_rendered_flags_are_accepted_by_the_daemon_parser(helm: Helm, name: str)
     assert namespace.imex == rendered["--imex"]
 
 
-def parse_daemon_args(parse, args: list[str]):
-    """``parse(["daemon", *args])``, turning argparse's exit into a readable failure."""
-    import contextlib
-    import io
-
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
-        try:
-            return parse(["daemon", *args])
-        except SystemExit:
-            pass
-    pytest.fail(f"the daemon's argument parser refused the chart's flags: {stderr.getvalue().strip()}")
-
-
 @pytest.mark.realclient
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))
 def test_rendered_flags_pass_the_daemon_and_simulator_validation(helm: Helm, name: str) -> None:
@@ -657,6 +588,36 @@ def test_rendered_flags_pass_the_daemon_and_simulator_validation(helm: Helm, nam
     # The grace period covers the agent's own teardown budget.
     grace = pod_spec(helm.template(VALUE_SETS[name]))["terminationGracePeriodSeconds"]
     assert grace >= settings.shutdown_timeout + 5
+
+
+@pytest.mark.realclient
+def test_chart_defaults_are_the_daemon_defaults(helm: Helm) -> None:
+    """With default values the chart asks for what the daemon does unasked.
+
+    Only the pod-specific flags differ: the node root, the node name and the
+    health address (all interfaces, for the kubelet's probes).
+    """
+    from mokka.cli import build_parser
+
+    parser = build_parser()
+    own = parse_daemon_args(parser.parse_args, [])
+    docs = helm.template()
+    chart = parse_daemon_args(parser.parse_args, agent(docs)["args"])
+
+    def normal(value: Any) -> str:
+        try:
+            return repr(float(value))
+        except (TypeError, ValueError):
+            return str(value).lower()
+
+    pod_specific = {"--root", "--node-name", "--health-addr"}
+    compared = 0
+    for flag in sorted(set(flags(docs)) - pod_specific):
+        dest = flag[2:].replace("-", "_")
+        ours, theirs = getattr(chart, dest), getattr(own, dest)
+        assert normal(ours) == normal(theirs), f"{flag}: chart {ours!r}, daemon {theirs!r}"
+        compared += 1
+    assert compared >= 15
 
 
 def test_schema_profiles_are_the_built_in_profiles() -> None:
@@ -683,37 +644,6 @@ def test_default_values_validate_against_schema() -> None:
 # --------------------------------------------------------------------------
 # docs/helm.md: the values table cannot drift from values.yaml
 # --------------------------------------------------------------------------
-
-#: Kubernetes objects passed through verbatim: documented as one key.
-OPAQUE_VALUES = {"nodeAgent.resources"}
-
-
-def value_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    leaves: dict[str, Any] = {}
-    for key, value in values.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value and path not in OPAQUE_VALUES:
-            leaves.update(value_leaves(value, path + "."))
-        else:
-            leaves[path] = value
-    return leaves
-
-
-def documented_values() -> dict[str, str]:
-    """Key → Default cell of the values table in docs/helm.md."""
-    import re
-
-    text = (ROOT / "docs" / "helm.md").read_text()
-    section = text.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `([^`]+)` \| [^|]+ \| `([^`]*)` \| (.+) \|$", section, re.M)
-    assert rows, "docs/helm.md has no values table under '## Values'"
-    documented: dict[str, str] = {}
-    for key, default, description in rows:
-        assert key not in documented, f"docs/helm.md documents {key} twice"
-        assert description.strip(), f"docs/helm.md: {key} has no description"
-        documented[key] = default
-    return documented
-
 
 def test_docs_values_table_matches_values_yaml() -> None:
     leaves = value_leaves(default_values())

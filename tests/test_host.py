@@ -66,7 +66,8 @@ def test_absolute_symlink_is_rerooted_inside(host: Host, node_root: Path, tmp_pa
 
     assert host.resolve("/etc/cfg") == inside / "cfg"
     report = host.converge("t", [File("/etc/cfg", "mine\n"), Directory("/etc/sub")])
-    assert (inside / "cfg").read_text() == "mine\n" and (inside / "sub").is_dir()
+    assert (inside / "cfg").read_text() == "mine\n"
+    assert (inside / "sub").is_dir()
     assert "/etc/cfg" in report.created
     assert snapshot(outside) == outside_before
     host.discard("t")
@@ -87,7 +88,9 @@ def test_dangling_absolute_symlink_fails_cleanly(host: Host, node_root: Path, tm
     assert snapshot(node_root) == before
 
 
-def test_last_component_symlink_is_replaced_not_followed(host: Host, node_root: Path, tmp_path: Path):
+def test_last_component_symlink_is_replaced_not_followed(
+    host: Host, node_root: Path, tmp_path: Path
+):
     outside = tmp_path / "outside.txt"
     outside.write_text("precious\n")
     (node_root / "etc").mkdir()
@@ -115,7 +118,8 @@ def test_stage_twice_rewrites_nothing(host: Host, node_root: Path, tmp_path: Pat
         Directory("/var/lib/nvml-mock/driver/config", mode=0o750),
     ]
     first = host.converge("gpudriver", wanted)
-    assert first.changed and len(first.created) > len(wanted)
+    assert first.changed
+    assert len(first.created) > len(wanted)
     # Mokka's own bookkeeping (the manifest) may be rewritten; the node's files may not.
     bookkeeping = node_root / "var/lib/mokka"
     stats = {p: os.lstat(p) for p in node_root.rglob("*") if bookkeeping not in (p, *p.parents)}
@@ -186,10 +190,13 @@ def test_overwritten_files_are_restored_on_discard(host: Host, node_root: Path):
     (node_root / "usr/bin/nvidia-ctk").symlink_to("/opt/real/nvidia-ctk")
     before = snapshot(node_root)
 
-    host.converge("cri", [
-        File("/etc/containerd/config.toml", "mocked\n"),
-        Symlink("/usr/bin/nvidia-ctk", "/usr/local/nvidia/toolkit/nvidia-ctk"),
-    ])
+    host.converge(
+        "cri",
+        [
+            File("/etc/containerd/config.toml", "mocked\n"),
+            Symlink("/usr/bin/nvidia-ctk", "/usr/local/nvidia/toolkit/nvidia-ctk"),
+        ],
+    )
     assert config.read_text() == "mocked\n"
     assert os.readlink(node_root / "usr/bin/nvidia-ctk") == "/usr/local/nvidia/toolkit/nvidia-ctk"
     # Converging again must not back up our own content over the original.
@@ -235,10 +242,12 @@ def test_placeholder_device_when_mknod_is_not_permitted(
     assert placeholder.is_file()
     assert placeholder.read_text() == "mokka placeholder for character device 195:255\n"
     assert report.created == ("/dev", "/dev/nvidiactl")
-    assert len(report.degraded) == 1 and "no CAP_MKNOD" in report.degraded[0]
+    assert len(report.degraded) == 1
+    assert "no CAP_MKNOD" in report.degraded[0]
     mtime = placeholder.stat().st_mtime_ns
     again = host.converge("t", [CharDevice("/dev/nvidiactl", 195, 255)])
-    assert not again.changed and again.degraded == report.degraded
+    assert not again.changed
+    assert again.degraded == report.degraded
     assert placeholder.stat().st_mtime_ns == mtime
     host.discard("t")
     assert snapshot(node_root) == {}
@@ -274,7 +283,9 @@ _KILLED = textwrap.dedent(
 
 
 @pytest.mark.parametrize("kill_at", [1, 20, 41, 10_000])
-def test_a_fresh_host_discards_what_a_killed_process_created(node_root: Path, tmp_path: Path, kill_at):
+def test_a_fresh_host_discards_what_a_killed_process_created(
+    node_root: Path, tmp_path: Path, kill_at
+):
     (node_root / "etc").mkdir()
     (node_root / "etc/pre-existing.conf").write_text("theirs\n")
     before = snapshot(node_root)

@@ -33,12 +33,18 @@ TOOLKIT_BINARIES = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook")
 RPATH = "$ORIGIN/../lib64"
 
 
-def run_script(name: str, *args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("NVIDIA_", "TOOLKIT_", "LD_"))}
+def run_script(
+    name: str, *args: object, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("NVIDIA_", "TOOLKIT_", "LD_"))
+    }
     return subprocess.run(
         ["bash", str(SCRIPTS / name), *map(str, args)],
-        capture_output=True, text=True, env={**clean, **(env or {})}, timeout=300,
+        capture_output=True,
+        text=True,
+        env={**clean, **(env or {})},
+        timeout=300,
     )
 
 
@@ -48,8 +54,9 @@ def debian_arch() -> str:
     ).stdout.strip()
 
 
-def build_deb(out_dir: Path, package: str, version: str, files: dict[str, str],
-              arch: str | None = None) -> Path:
+def build_deb(
+    out_dir: Path, package: str, version: str, files: dict[str, str], arch: str | None = None
+) -> Path:
     """A real .deb (``dpkg-deb --build``) holding ``files`` (path → script body, mode 0755)."""
     require_tool("dpkg-deb")
     arch = arch or debian_arch()
@@ -66,20 +73,36 @@ def build_deb(out_dir: Path, package: str, version: str, files: dict[str, str],
         path.chmod(0o755)
     out_dir.mkdir(parents=True, exist_ok=True)
     deb = out_dir / f"{package}_{version}_{arch}.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb)],
+        check=True,
+        capture_output=True,
+    )
     shutil.rmtree(tree)
     return deb
 
 
-def toolkit_debs(out_dir: Path, version: str, *, arch: str | None = None,
-                 base_version: str | None = None, drop: str | None = None) -> list[Path]:
-    """The two toolkit packages as NVIDIA splits them, with scripts that print their name and version."""
-    base = {f"usr/bin/{b}": f"#!/bin/sh\necho {b} {version}\n" for b in TOOLKIT_BINARIES if b != drop}
+def toolkit_debs(
+    out_dir: Path,
+    version: str,
+    *,
+    arch: str | None = None,
+    base_version: str | None = None,
+    drop: str | None = None,
+) -> list[Path]:
+    """The two toolkit packages as NVIDIA splits them; each script prints its name and version."""
+    base = {
+        f"usr/bin/{b}": f"#!/bin/sh\necho {b} {version}\n" for b in TOOLKIT_BINARIES if b != drop
+    }
     return [
         build_deb(out_dir, "nvidia-container-toolkit-base", base_version or version, base, arch),
-        build_deb(out_dir, "nvidia-container-toolkit", version,
-                  {"usr/bin/nvidia-container-runtime-hook": "#!/bin/sh\n"}, arch),
+        build_deb(
+            out_dir,
+            "nvidia-container-toolkit",
+            version,
+            {"usr/bin/nvidia-container-runtime-hook": "#!/bin/sh\n"},
+            arch,
+        ),
     ]
 
 
@@ -87,8 +110,10 @@ def real_smi_deb() -> Path:
     deb_dir = Path(os.environ.get("MOKKA_SMI_DEB_DIR", "/var/cache/mokka"))
     debs = sorted(deb_dir.glob("nvidia-smi_*.deb"))
     if not debs:
-        pytest.fail(f"no nvidia-smi .deb in {deb_dir}; run ./scripts/install-system-deps "
-                    "(it enables Debian non-free and downloads it)")
+        pytest.fail(
+            f"no nvidia-smi .deb in {deb_dir}; run ./scripts/install-system-deps "
+            "(it enables Debian non-free and downloads it)"
+        )
     return debs[-1]
 
 
@@ -108,11 +133,13 @@ def test_install_nvidia_smi_from_the_debian_deb(tmp_path: Path) -> None:
     tree = snapshot(dest)
     assert sorted(k for k, v in tree.items() if v[0] != "dir") == [SMI_TARGET]
     assert tree[SMI_TARGET][1] == 0o755
-    rpath = subprocess.run([patchelf, "--print-rpath", dest / SMI_TARGET],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    rpath = subprocess.run(
+        [patchelf, "--print-rpath", dest / SMI_TARGET], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert rpath == RPATH
-    needed = subprocess.run([patchelf, "--print-needed", dest / SMI_TARGET],
-                            capture_output=True, text=True, check=True).stdout.split()
+    needed = subprocess.run(
+        [patchelf, "--print-needed", dest / SMI_TARGET], capture_output=True, text=True, check=True
+    ).stdout.split()
     # nvidia-smi dlopens NVML; it must not link it (the mock is found at run time).
     assert not [lib for lib in needed if "nvidia-ml" in lib]
 
@@ -133,8 +160,14 @@ def test_installed_nvidia_smi_finds_nvml_beside_it_through_its_runpath(tmp_path:
     shutil.copy2(dest / SMI_TARGET, smi)
 
     def run_smi() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(smi), "-L"], capture_output=True, text=True,
-                              env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path, timeout=60)
+        return subprocess.run(
+            [str(smi), "-L"],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            timeout=60,
+        )
 
     missing = run_smi()
     assert missing.returncode == 12, missing.stdout
@@ -148,8 +181,10 @@ def test_installed_nvidia_smi_finds_nvml_beside_it_through_its_runpath(tmp_path:
     )
     lib = driver / "usr" / "lib64" / "libnvidia-ml.so.1"
     lib.parent.mkdir(parents=True)
-    subprocess.run([gcc, "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(lib),
-                    str(source)], check=True)
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(lib), str(source)],
+        check=True,
+    )
     found = run_smi()
     assert found.returncode == 9, found.stdout
     assert "couldn't communicate with the NVIDIA driver" in found.stdout
@@ -157,8 +192,9 @@ def test_installed_nvidia_smi_finds_nvml_beside_it_through_its_runpath(tmp_path:
 
 @pytest.mark.realclient
 def test_install_nvidia_smi_refuses_another_package(tmp_path: Path) -> None:
-    deb = build_deb(tmp_path / "debs", "nvidia-smi-impostor", "1.0-1",
-                    {"usr/bin/nvidia-smi": "#!/bin/sh\n"})
+    deb = build_deb(
+        tmp_path / "debs", "nvidia-smi-impostor", "1.0-1", {"usr/bin/nvidia-smi": "#!/bin/sh\n"}
+    )
     done = run_script("install-nvidia-smi.sh", tmp_path / "payload", deb)
     assert done.returncode != 0
     assert "package is 'nvidia-smi-impostor', expected nvidia-smi" in done.stderr
@@ -168,9 +204,11 @@ def test_install_nvidia_smi_refuses_another_package(tmp_path: Path) -> None:
 @pytest.mark.realclient
 def test_install_nvidia_smi_usage(tmp_path: Path) -> None:
     done = run_script("install-nvidia-smi.sh")
-    assert done.returncode != 0 and "usage: install-nvidia-smi.sh DESTDIR [DEB]" in done.stderr
+    assert done.returncode != 0
+    assert "usage: install-nvidia-smi.sh DESTDIR [DEB]" in done.stderr
     done = run_script("install-nvidia-smi.sh", tmp_path / "payload", tmp_path / "missing.deb")
-    assert done.returncode != 0 and "missing.deb: no such .deb" in done.stderr
+    assert done.returncode != 0
+    assert "missing.deb: no such .deb" in done.stderr
 
 
 # --------------------------------------------------------------------------
@@ -194,8 +232,12 @@ def test_install_toolkit_layout(tmp_path: Path) -> None:
         assert (kind, mode) == ("file", 0o755)
         assert content == f"#!/bin/sh\necho {binary} 1.18.0-1\n".encode()
     # The pin may also come from the environment, as the Containerfile's ARG.
-    again = run_script("install-toolkit.sh", tmp_path / "payload2", debs,
-                       env={"NVIDIA_CONTAINER_TOOLKIT_VERSION": "1.18.0-1"})
+    again = run_script(
+        "install-toolkit.sh",
+        tmp_path / "payload2",
+        debs,
+        env={"NVIDIA_CONTAINER_TOOLKIT_VERSION": "1.18.0-1"},
+    )
     assert again.returncode == 0, again.stderr
     assert snapshot(tmp_path / "payload2") == tree
 
@@ -204,16 +246,33 @@ def test_install_toolkit_layout(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "pin", "message"),
     [
-        (lambda d: toolkit_debs(d, "1.18.0-1"), "1.17.8-1",
-         "version 1.18.0-1, expected the pinned 1.17.8-1"),
-        (lambda d: toolkit_debs(d, "1.18.0-1", base_version="1.17.8-1"), "",
-         "nvidia-container-toolkit is 1.18.0-1 but the other package is 1.17.8-1"),
-        (lambda d: toolkit_debs(d, "1.18.0-1", drop="nvidia-cdi-hook"), "",
-         "no executable usr/bin/nvidia-cdi-hook"),
-        (lambda d: toolkit_debs(d, "1.18.0-1", arch="s390x" if debian_arch() != "s390x" else "amd64"),
-         "", "expected " + debian_arch()),
-        (lambda d: [*toolkit_debs(d / "a", "1.18.0-1"), *toolkit_debs(d / "b", "1.17.8-1")], "",
-         "more than one nvidia-container-toolkit"),
+        (
+            lambda d: toolkit_debs(d, "1.18.0-1"),
+            "1.17.8-1",
+            "version 1.18.0-1, expected the pinned 1.17.8-1",
+        ),
+        (
+            lambda d: toolkit_debs(d, "1.18.0-1", base_version="1.17.8-1"),
+            "",
+            "nvidia-container-toolkit is 1.18.0-1 but the other package is 1.17.8-1",
+        ),
+        (
+            lambda d: toolkit_debs(d, "1.18.0-1", drop="nvidia-cdi-hook"),
+            "",
+            "no executable usr/bin/nvidia-cdi-hook",
+        ),
+        (
+            lambda d: toolkit_debs(
+                d, "1.18.0-1", arch="s390x" if debian_arch() != "s390x" else "amd64"
+            ),
+            "",
+            "expected " + debian_arch(),
+        ),
+        (
+            lambda d: [*toolkit_debs(d / "a", "1.18.0-1"), *toolkit_debs(d / "b", "1.17.8-1")],
+            "",
+            "more than one nvidia-container-toolkit",
+        ),
         (lambda d: d.mkdir(), "", "no nvidia-container-toolkit-base .deb"),
     ],
     ids=["pin", "mixed-versions", "missing-binary", "architecture", "duplicate", "empty"],
@@ -248,16 +307,28 @@ class SignedRepo:
 
     def gpg(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [require_tool("gpg"), "--batch", "--pinentry-mode", "loopback", "--passphrase", "", *args],
-            capture_output=True, text=True, check=True,
-            env={**os.environ, "GNUPGHOME": str(self.gnupg_home)}, timeout=120,
+            [
+                require_tool("gpg"),
+                "--batch",
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "GNUPGHOME": str(self.gnupg_home)},
+            timeout=120,
         )
 
     def publish(self, debs: list[Path]) -> None:
         stanzas = []
         for deb in debs:
-            control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True,
-                                     text=True, check=True).stdout.rstrip("\n")
+            control = subprocess.run(
+                ["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True
+            ).stdout.rstrip("\n")
             data = deb.read_bytes()
             stanzas.append(
                 f"{control}\nFilename: ./{deb.name}\nSize: {len(data)}\n"
@@ -272,7 +343,9 @@ class SignedRepo:
             f" {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n"
         )
         self.gpg("--quick-gen-key", "Mokka tests <tests@invalid>", "ed25519", "sign", "never")
-        self.gpg("--clearsign", "-o", str(self.directory / "InRelease"), str(self.directory / "Release"))
+        self.gpg(
+            "--clearsign", "-o", str(self.directory / "InRelease"), str(self.directory / "Release")
+        )
         self.key.write_text(self.gpg("--armor", "--export").stdout)
 
 
@@ -285,8 +358,12 @@ def gnupg_home() -> Iterator[Path]:
         yield home
     finally:
         # gpg started an agent for this home; stop exactly that one.
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, "GNUPGHOME": str(home)},
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["gpgconf", "--kill", "gpg-agent"],
+            env={**os.environ, "GNUPGHOME": str(home)},
+            capture_output=True,
+            check=False,
+        )
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -304,10 +381,14 @@ def signed_repo(tmp_path: Path, gnupg_home: Path) -> SignedRepo:
 
 
 @pytest.mark.realclient
-def test_fetch_toolkit_downloads_the_pinned_version(tmp_path: Path, signed_repo: SignedRepo) -> None:
+def test_fetch_toolkit_downloads_the_pinned_version(
+    tmp_path: Path, signed_repo: SignedRepo
+) -> None:
     debs = tmp_path / "fetched"
-    env = {"TOOLKIT_REPO": f"file://{signed_repo.directory}",
-           "TOOLKIT_KEY_URL": f"file://{signed_repo.key}"}
+    env = {
+        "TOOLKIT_REPO": f"file://{signed_repo.directory}",
+        "TOOLKIT_KEY_URL": f"file://{signed_repo.key}",
+    }
     done = run_script("fetch-toolkit.sh", "1.17.8-1", debs, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     arch = debian_arch()
@@ -320,13 +401,17 @@ def test_fetch_toolkit_downloads_the_pinned_version(tmp_path: Path, signed_repo:
     installed = run_script("install-toolkit.sh", dest, debs, "1.17.8-1")
     assert installed.returncode == 0, installed.stderr
     ctk = dest / TOOLKIT_TARGET / "nvidia-ctk"
-    assert subprocess.run([str(ctk)], capture_output=True, text=True).stdout == "nvidia-ctk 1.17.8-1\n"
+    assert (
+        subprocess.run([str(ctk)], capture_output=True, text=True).stdout == "nvidia-ctk 1.17.8-1\n"
+    )
 
 
 @pytest.mark.realclient
 def test_fetch_toolkit_refuses_an_unknown_version(tmp_path: Path, signed_repo: SignedRepo) -> None:
-    env = {"TOOLKIT_REPO": f"file://{signed_repo.directory}",
-           "TOOLKIT_KEY_URL": f"file://{signed_repo.key}"}
+    env = {
+        "TOOLKIT_REPO": f"file://{signed_repo.directory}",
+        "TOOLKIT_KEY_URL": f"file://{signed_repo.key}",
+    }
     done = run_script("fetch-toolkit.sh", "9.9.9-1", tmp_path / "fetched", env=env)
     assert done.returncode != 0
     assert "version 9.9.9-1 of the toolkit packages is not in" in done.stderr
@@ -344,13 +429,24 @@ def test_fetch_toolkit_refuses_a_repository_signed_by_another_key(
     other.gnupg_home.mkdir(mode=0o700)
     try:
         other.gpg("--quick-gen-key", "Someone else <else@invalid>", "ed25519", "sign", "never")
-        other.gpg("--yes", "--clearsign", "-o", str(signed_repo.directory / "InRelease"),
-                  str(signed_repo.directory / "Release"))
-        env = {"TOOLKIT_REPO": f"file://{signed_repo.directory}", "TOOLKIT_KEY_URL": f"file://{old_key}"}
+        other.gpg(
+            "--yes",
+            "--clearsign",
+            "-o",
+            str(signed_repo.directory / "InRelease"),
+            str(signed_repo.directory / "Release"),
+        )
+        env = {
+            "TOOLKIT_REPO": f"file://{signed_repo.directory}",
+            "TOOLKIT_KEY_URL": f"file://{old_key}",
+        }
         done = run_script("fetch-toolkit.sh", "1.18.0-1", tmp_path / "fetched", env=env)
     finally:
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"],
-                       env={**os.environ, "GNUPGHOME": str(other.gnupg_home)}, check=False)
+        subprocess.run(
+            ["gpgconf", "--kill", "gpg-agent"],
+            env={**os.environ, "GNUPGHOME": str(other.gnupg_home)},
+            check=False,
+        )
     assert done.returncode != 0
     assert "NO_PUBKEY" in done.stdout + done.stderr or "not signed" in done.stdout + done.stderr
     assert list((tmp_path / "fetched").glob("*.deb")) == []
@@ -361,8 +457,12 @@ def test_fetch_toolkit_refuses_a_key_that_is_not_a_key(tmp_path: Path) -> None:
     require_tool("curl")
     bogus = tmp_path / "key.html"
     bogus.write_text("<html>not found</html>\n")
-    done = run_script("fetch-toolkit.sh", "1.18.0-1", tmp_path / "fetched",
-                      env={"TOOLKIT_REPO": f"file://{tmp_path}", "TOOLKIT_KEY_URL": f"file://{bogus}"})
+    done = run_script(
+        "fetch-toolkit.sh",
+        "1.18.0-1",
+        tmp_path / "fetched",
+        env={"TOOLKIT_REPO": f"file://{tmp_path}", "TOOLKIT_KEY_URL": f"file://{bogus}"},
+    )
     assert done.returncode != 0
     assert "not an ASCII-armoured PGP public key" in done.stderr
 
@@ -448,19 +548,25 @@ def test_containerfile_stages_and_payload() -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+-\d+", args["NVIDIA_CONTAINER_TOOLKIT_VERSION"])
     names = [name for _, name, _ in stages]
     assert names == ["wheel", "venv", "payload", ""]
-    wheel, venv, payload, final = (body for _, _, body in stages)
+    wheel, _venv, payload, final = (body for _, _, body in stages)
     assert "RUN pip wheel --no-cache-dir --wheel-dir /wheels ." in wheel
     assert any("gcc" in line for line in wheel)
     assert stages[-1][0] == "${DEBIAN_IMAGE}"
     # Every script the build calls exists here and is tested above.
     called = set(re.findall(r"/build/([\w-]+\.sh)", "\n".join(payload)))
-    assert called == {"install-nvidia-smi.sh", "fetch-toolkit.sh", "install-toolkit.sh", "verify-layout.sh"}
+    assert called == {
+        "install-nvidia-smi.sh",
+        "fetch-toolkit.sh",
+        "install-toolkit.sh",
+        "verify-layout.sh",
+    }
     assert all((SCRIPTS / name).is_file() for name in called)
     assert any("verify-layout.sh /payload" in line for line in payload)
     # nvidia-smi is downloaded and unpacked, never installed with its
     # libnvidia-ml1 dependency: the mock library is the one it must load.
     installs = [line for _, _, body in stages for line in body if "apt-get install" in line]
-    assert installs and not [line for line in installs if "nvidia" in line]
+    assert installs
+    assert not [line for line in installs if "nvidia" in line]
     assert 'ENTRYPOINT ["mokka-node-agent"]' in final
     assert "COPY --from=payload /payload/ /" in final
     assert "COPY --from=venv /opt/mokka /opt/mokka" in final
@@ -470,8 +576,11 @@ def test_containerfile_labels_match_the_project() -> None:
     final = containerfile_stages()[-1][2]
     text = " ".join(final)
     labels = dict(re.findall(r'(org\.opencontainers\.image\.\w+)="([^"]*)"', text))
-    assert set(labels) >= {"org.opencontainers.image.source", "org.opencontainers.image.version",
-                           "org.opencontainers.image.licenses"}
+    assert set(labels) >= {
+        "org.opencontainers.image.source",
+        "org.opencontainers.image.version",
+        "org.opencontainers.image.licenses",
+    }
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     chart = yaml.safe_load((ROOT / "helm" / "mokka" / "Chart.yaml").read_text())
     version_arg = dict(re.findall(r"^ARG (\w+)=(\S*)$", "\n".join(final), re.M))["VERSION"]
@@ -492,11 +601,13 @@ def test_image_paths_are_the_simulators_defaults() -> None:
 
 def test_containerignore_keeps_the_build_inputs() -> None:
     patterns = [
-        line.strip() for line in (ROOT / ".containerignore").read_text().splitlines()
+        line.strip()
+        for line in (ROOT / ".containerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
     needed = ["pyproject.toml", "setup.py", "README.md", "mokka", "native", "deploy"]
     for name in needed:
-        assert name not in patterns and f"/{name}" not in patterns, f"{name} is excluded"
+        assert name not in patterns, f"{name} is excluded"
+        assert f"/{name}" not in patterns, f"{name} is excluded"
     for heavy in (".git", ".venv", ".tools", "mokka/_native"):
         assert heavy in patterns, f"{heavy} would be sent to the build"

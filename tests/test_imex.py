@@ -29,37 +29,19 @@ from mokka.simulators.imex import procdevices
 from mokka.simulators.imex.archive import ArchiveError
 from mokka.simulators.imex.channels import CAPABILITY_FILE, CHANNEL_DIR
 from mokka.simulators.imex.simulator import IMEX_BIN, IMEX_CTL_BIN, IMEX_REAL_BIN, SHIM
-from mokka.state.model import Fabric, Gpu, Nvlink, NvlinkSwitch, State, System
+from mokka.state.compile import compile_profile
+from mokka.state.model import State
 from tests.support import snapshot
 
-GB200_BUSES = ("01", "02", "03", "04")
 FAKE_IMEX = b'#!/bin/sh\necho "nvidia-imex.real $*"\n'
 FAKE_IMEX_CTL = b'#!/bin/sh\necho "nvidia-imex-ctl $*"\n'
 ARCHIVE_NAME = "nvidia-imex-linux-x86_64-580.65.06-archive.tar.gz"
 
 
 def make_state(*, fabric_attached: bool = True, gates: dict[str, bool] | None = None) -> State:
-    """A GB200-shaped state (C2C, fabric identity, NVSwitches), or an H100-like one."""
-    fabric = Fabric(cluster_uuid="00000000-0000-0000-0000-0000000000ab", clique_id=0, state="auto")
-    return State(
-        generation=1, content_hash="test", node_name="node-a",
-        profile_name="gb200" if fabric_attached else "h100",
-        system=System(driver_version="580.173.02", nvml_version="13.580.173.02",
-                      cuda_version_major=13, cuda_version_minor=0),
-        gpus=tuple(
-            Gpu(index=i, minor=i, uuid=f"GPU-00000000-0000-0000-0000-00000000000{i}",
-                serial=f"165432100000{i}", name="NVIDIA GB200", brand="Nvidia",
-                architecture="blackwell", bus_id=f"0008:{GB200_BUSES[i]}:00.0",
-                pci_vendor_id=0x10DE, pci_device_id=0x2941, pci_subsystem_vendor_id=0x10DE,
-                pci_subsystem_device_id=0x2046, root_complex=f"pci0008:{GB200_BUSES[i]}",
-                numa_node=0, fabric=fabric if fabric_attached else None)
-            for i in range(4)
-        ),
-        nvlink=Nvlink(version=5, links_per_gpu=18, bandwidth_per_link_mbps=50000,
-                      c2c_enabled=fabric_attached,
-                      switches=(NvlinkSwitch(bdf="0000:00:00.0", uuid="NVSwitch-0"),)),
-        feature_gates=gates or {},
-    )
+    """The built-in gb200 profile (fabric-attached: IMEX on by default), or h100 (not)."""
+    return compile_profile("gb200" if fabric_attached else "h100", node_name="node-a",
+                           feature_gates=gates)
 
 
 def build_archive(path: Path, members: dict[str, bytes] | None = None) -> str:

@@ -28,6 +28,7 @@ from mokka.simulators.kernellog import (
     _Line,
     _write_batch,
 )
+from mokka.state.compile import compile_profile
 from mokka.state.model import Gpu, State, System, Xid
 from tests.support import snapshot
 
@@ -183,6 +184,29 @@ async def test_journald_style_announces_the_gpu_then_its_xids(
     assert sum(m.startswith("NVRM: Xid") for m in messages) == 3
     persisted = json.loads((node_root / ANNOUNCED.lstrip("/")).read_text())
     assert persisted == {"version": 1, "xids": ["x1", "x2", "x3"], "gpus": [uuid(0), uuid(1)]}
+    await sim.discard(host)
+    assert without_kmsg(snapshot(node_root)) == without_kmsg(before)
+
+
+async def test_an_xid_from_the_overrides_of_a_built_in_profile(
+    host: Host, node_root: Path, kmsg_file: Path, tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    before = snapshot(node_root)
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text(
+        "version: 1\ndevices:\n  \"1\": {failure: {mode: fallen_off_bus, xid: {code: 79}}}\n")
+    state = compile_profile("gb200", node_name="node-a", overrides=overrides)
+    sim = KernelLogSimulator()
+    await sim.stage(host, state)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.run, host, state)
+        await sim.written.wait_value(1)
+        nursery.cancel_scope.cancel()
+    assert lines(kmsg_file) == [
+        f"NVRM: NVRM: GPU at PCI:0009:01:00: {state.gpu(1).uuid}",
+        "NVRM: NVRM: Xid (PCI:0009:01:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus.",
+    ]
     await sim.discard(host)
     assert without_kmsg(snapshot(node_root)) == without_kmsg(before)
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import errno
 import json
 import os
-import platform
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from mokka import layout
@@ -195,6 +195,15 @@ async def test_infiniband_prefixes_are_covered_by_default(tmp_path: Path, shim: 
     assert seen == {"listdir /sys/class/infiniband": ["mlx5_0"],
                     "listdir /dev/infiniband": ["uverbs0"],
                     "listdir /sys/class/infiniband_verbs": f"errno {errno.ENOENT}"}
+    # A custom list with globs: these two trees only, PCI stays the host's.
+    ops = ["listdir /sys/class/infiniband", "listdir /dev/infiniband",
+           "listdir /sys/bus/pci/devices"]
+    custom = python_ops(shim, ops, MOKKA_MOCKFS_ROOT=str(root),
+                        MOKKA_MOCKFS_PREFIXES="/sys/class/infini?and*::/dev/infiniband/")
+    real = python_ops(None, ops)
+    assert custom["listdir /sys/class/infiniband"] == ["mlx5_0"]
+    assert custom["listdir /dev/infiniband"] == ["uverbs0"]
+    assert custom["listdir /sys/bus/pci/devices"] == real["listdir /sys/bus/pci/devices"]
 
 
 async def test_over_long_paths_fail_closed(mock_root: Path, shim: Path) -> None:
@@ -214,11 +223,34 @@ async def test_over_long_paths_fail_closed(mock_root: Path, shim: Path) -> None:
     assert len(deep) < 4096 < len(deep) + len(str(mock_root))
     assert python_ops(shim, [f"stat {deep}"], MOKKA_MOCKFS_ROOT=str(mock_root)) == {
         f"stat {deep}": too_long}
-    # lspci reports the failure instead of listing the host's devices.
+    # lspci fails instead of falling back to the host's devices: sysfs and
+    # /proc/bus/pci both fail, and port I/O is refused.
     lspci = run([require_tool("lspci"), "-n"], shim, MOKKA_MOCKFS_ROOT=long_root)
     assert lspci.returncode != 0
     assert lspci.stdout == ""
-    assert "File name too long" in lspci.stderr
+    assert "Cannot find any working access method" in lspci.stderr
+
+
+async def test_an_empty_bus_lists_nothing(host: Host, node_root: Path, shim: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state without PCI devices leaves an empty bus, never the host's."""
+    monkeypatch.setenv("MOKKA_NATIVE_DIR", str(shim.parent))
+    before = snapshot(node_root)
+    sim = PcibusSimulator(PcibusSettings(fallback_cpus=1))
+    await sim.stage(host, attrs.evolve(h100_state(), gpus=(), pcie_roots=(), nvlink=None))
+    mock_root = node_root / layout.STATE_ROOT.lstrip("/")
+    lspci = require_tool("lspci")
+    for env in ({"MOKKA_MOCKFS_ROOT": str(mock_root)}, {"MOCK_PCI_ROOT": str(mock_root / "sys")}):
+        result = run([lspci, "-n"], shim, **env)
+        assert (result.returncode, result.stdout) == (0, ""), result.stderr
+    # A root with no tree at all fails (both conventions) rather than show the host.
+    for env in ({"MOKKA_MOCKFS_ROOT": str(node_root / "nowhere")},
+                {"MOCK_PCI_ROOT": str(node_root / "nowhere")}):
+        result = run([lspci, "-n"], shim, **env)
+        assert result.returncode != 0, env
+        assert result.stdout == "", env
+    await sim.discard(host)
+    assert snapshot(node_root) == before
 
 
 async def test_relative_root_is_refused(shim: Path) -> None:
@@ -262,6 +294,7 @@ typedef int (*xstat_t)(int, const char *, struct stat *);
 typedef int (*fxstatat_t)(int, int, const char *, struct stat *, int);
 typedef ssize_t (*readlink_chk_t)(const char *, char *, size_t, size_t);
 typedef char *(*realpath_chk_t)(const char *, char *, size_t);
+typedef int (*ioperm_t)(unsigned long, unsigned long, int);
 
 static void fd_line(const char *name, int fd)
 {
@@ -391,6 +424,17 @@ int main(int argc, char **argv)
     RC("chdir", chdir(DEV), 0);
     fd_line("open-after-chdir", open("subsystem_device", O_RDONLY));
 
+    /* Port I/O (libpci's last fallback) is refused by the shim itself. */
+    Dl_info info;
+    void *ioperm_fn = dlsym(RTLD_DEFAULT, "ioperm");
+    if (ioperm_fn != NULL && dladdr(ioperm_fn, &info) && info.dli_fname != NULL)
+        printf("ioperm-from: %s\n", strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1
+                                                                  : info.dli_fname);
+    if (ioperm_fn != NULL) {
+        int io = ((ioperm_t)ioperm_fn)(0xcf8, 8, 1);
+        printf("ioperm: %s\n", io < 0 ? strerror(errno) : "granted");
+    }
+
     pthread_t threads[8];
     for (int i = 0; i < 8; i++) pthread_create(&threads[i], NULL, worker, (void *)rounds);
     long ok = 0;
@@ -430,7 +474,8 @@ def probe_expectations(rounds: int) -> dict[str, str]:
                  "realpath": GPU_REAL, "realpath-malloc": "/sys/bus/pci/drivers/nvidia",
                  "__realpath_chk": GPU_REAL,
                  "canonicalize_file_name": "/sys/devices/pci0000:00/0000:00:05.0",
-                 "chdir": "0", "open-after-chdir": "0x16c1", "threads": str(8 * rounds)}
+                 "chdir": "0", "open-after-chdir": "0x16c1", "threads": str(8 * rounds),
+                 "ioperm-from": "libmockfs.so", "ioperm": "Operation not permitted"}
     return expected
 
 
@@ -443,6 +488,7 @@ async def test_every_hook_redirects(mock_root: Path, shim: Path, probe: Path) ->
     # Without the shim none of these paths exist on this host (no such GPU).
     assert unshimmed["open"] == f"errno {errno.ENOENT}"
     assert unshimmed["threads"] == "0"
+    assert unshimmed.get("ioperm-from") != "libmockfs.so"
 
     result = run([str(probe), "500"], shim, MOKKA_MOCKFS_ROOT=str(mock_root))
     assert result.returncode == 0, result.stderr
@@ -461,13 +507,12 @@ async def test_every_hook_is_clean_under_valgrind(mock_root: Path, shim: Path,
 def test_only_hooks_are_exported(shim: Path) -> None:
     nm = require_tool("nm")
     symbols = run([nm, "-D", "--defined-only", str(shim)]).stdout.split()
-    exported = {s for s in symbols[2::3]}
+    exported = set(symbols[2::3])
     assert exported == {
         "open", "open64", "openat", "openat64", "__open_2", "__open64_2", "__openat_2",
         "__openat64_2", "fopen", "fopen64", "opendir", "scandir", "scandir64", "stat", "lstat",
         "fstatat", "stat64", "lstat64", "fstatat64", "statx", "__xstat", "__lxstat",
         "__fxstatat", "__xstat64", "__lxstat64", "__fxstatat64", "access", "faccessat",
         "readlink", "readlinkat", "__readlink_chk", "__readlinkat_chk", "chdir", "realpath",
-        "__realpath_chk", "canonicalize_file_name",
+        "__realpath_chk", "canonicalize_file_name", "ioperm", "iopl",
     }
-    assert platform.system() == "Linux"

@@ -64,7 +64,8 @@ def h100_state(gpus: int = 8) -> State:
         ),
         pcie_roots=roots,
         nvlink=Nvlink(version=4, links_per_gpu=18, bandwidth_per_link_mbps=26562,
-                      switches=tuple(NvlinkSwitch(bdf=b, uuid=f"NVSwitch-{b}") for b in H100_SWITCHES)),
+                      switches=tuple(NvlinkSwitch(bdf=b, uuid=f"NVSwitch-{b}")
+                                     for b in H100_SWITCHES)),
     )
 
 
@@ -95,7 +96,8 @@ def gb200_state() -> State:
 def build_mockfs(out_dir: Path) -> Path:
     """Build libmockfs.so with its own native target (what native/build.py runs)."""
     spec = importlib.util.spec_from_file_location("mockfs_target", ROOT / "native/mockfs/target.py")
-    assert spec and spec.loader
+    assert spec is not None
+    assert spec.loader is not None
     target = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(target)
     (built,) = target.build(out_dir, require_tool("cc"))
@@ -177,8 +179,9 @@ async def test_lspci_lists_exactly_the_h100_node(host: Host, node_root: Path, na
     assert snapshot(node_root) == before
 
 
-async def test_lspci_lists_the_gb200_tray_in_its_domains(host: Host, node_root: Path,
-                                                         native: Path, sim: PcibusSimulator) -> None:
+async def test_lspci_lists_the_gb200_tray_in_its_domains(
+    host: Host, node_root: Path, native: Path, sim: PcibusSimulator
+) -> None:
     before = snapshot(node_root)
     await sim.stage(host, gb200_state())
 
@@ -245,7 +248,7 @@ async def test_sysfs_files_links_and_driver(host: Host, node_root: Path, native:
     # Everything under bus/pci/devices resolves, and nothing else is there.
     listed = sorted(os.listdir(sysfs / "bus/pci/devices"))
     assert len(listed) == 24
-    assert all((sysfs / "bus/pci/devices" / name / "config").stat().st_size == 256 for name in listed)
+    assert all((sysfs / "bus/pci/devices" / n / "config").stat().st_size == 256 for n in listed)
     assert sorted(os.listdir(sysfs)) == ["bus", "devices"]
     assert sorted(os.listdir(sysfs / "devices")) == ["pci0000:00", "pci0000:80"]
 
@@ -265,7 +268,7 @@ def test_config_space_bytes() -> None:
     # Capability list: status bit 4, pointer at 0x34, PCIe capability there.
     assert config[0x06] & 0x10
     cap = config[0x34]
-    assert config[cap] == 0x10 and config[cap + 1] == 0
+    assert (config[cap], config[cap + 1]) == (0x10, 0)
     lnkcap = struct.unpack_from("<I", config, cap + 0x0C)[0]
     assert (lnkcap & 0xF, (lnkcap >> 4) & 0x3F) == (5, 16)
 
@@ -349,7 +352,7 @@ def test_duplicate_address_is_rejected() -> None:
         nvlink=Nvlink(version=4, links_per_gpu=18, bandwidth_per_link_mbps=1,
                       switches=(NvlinkSwitch(bdf="0000:1a:00.0", uuid="s0"),)),
     )
-    with pytest.raises(SpecError, match="0000:1a:00.0 is used by both a gpu and a nvswitch"):
+    with pytest.raises(SpecError, match=r"0000:1a:00\.0 is used by both a gpu and a nvswitch"):
         plan_tree(state, fallback_cpus=1)
 
 
@@ -381,8 +384,9 @@ def test_cpulist_round_trip_and_errors() -> None:
 # --------------------------------------------------------------------------
 
 
-async def test_shrinking_eight_to_four_removes_the_rest(host: Host, node_root: Path, native: Path,
-                                                        sim: PcibusSimulator, tmp_path: Path) -> None:
+async def test_shrinking_eight_to_four_removes_the_rest(
+    host: Host, node_root: Path, native: Path, sim: PcibusSimulator, tmp_path: Path
+) -> None:
     before = snapshot(node_root)
     await sim.stage(host, h100_state(8))
     await sim.stage(host, h100_state(4))
@@ -424,7 +428,7 @@ async def test_shim_is_staged_in_the_driver_tree(host: Host, node_root: Path, na
     before = snapshot(node_root)
     await sim.stage(host, h100_state(1))
     staged = node_root / layout.DRIVER_LOCAL_LIB.lstrip("/") / "libmockfs.so"
-    assert staged.read_bytes() == native.read_bytes()
+    assert staged.read_bytes() == native.read_bytes()  # noqa: ASYNC240 (a test's own check)
     assert staged.stat().st_mode & 0o777 == 0o755
     assert sim.readiness.ready
     assert "1 GPU(s), 5 bridge(s), 4 NVSwitch(es)" in sim.readiness.reason
@@ -441,7 +445,7 @@ async def test_stage_without_the_shim_fails_and_writes_nothing(
     empty.mkdir()
     monkeypatch.setenv("MOKKA_NATIVE_DIR", str(empty))
     before = snapshot(node_root)
-    with pytest.raises(NativeArtifactMissing, match="'libmockfs.so' not built"):
+    with pytest.raises(NativeArtifactMissing, match=r"'libmockfs\.so' not built"):
         await sim.stage(host, h100_state())
     assert not sim.readiness.ready
     assert "libmockfs.so" in sim.readiness.reason
@@ -503,7 +507,8 @@ def test_plugin_is_registered_and_speaks_both_protocols() -> None:
     parser = argparse.ArgumentParser()
     PLUGIN.add_arguments(parser)
     built = PLUGIN.build(parser.parse_args([]))
-    assert isinstance(built, Simulator) and isinstance(built, Applier)
+    assert isinstance(built, Simulator)
+    assert isinstance(built, Applier)
     assert built.name == "pcibus"
     assert built.settings.nfd_features_dir == layout.NFD_FEATURES_DIR
     assert built.settings.fallback_cpus >= 1

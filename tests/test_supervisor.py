@@ -99,7 +99,8 @@ async def test_start_failure_surfaces_in_the_caller(autojump_clock, host: Host):
         assert "fm" not in supervisor.status.daemons
         # The next try starts it for good, exactly once.
         await supervisor.start(daemon, make_state(1))
-        assert supervisor.is_started("fm") and daemon.running
+        assert supervisor.is_started("fm")
+        assert daemon.running
         with pytest.raises(RuntimeError, match="already started"):
             await supervisor.start(daemon, make_state(1))
         assert len(daemon.started_at) == 1
@@ -137,7 +138,9 @@ async def test_stop_cancels_every_daemon(autojump_clock, host: Host):
         await supervisor.wait_stopped()
         assert not any(d.running for d in daemons)
         assert {n: s.phase for n, s in supervisor.status.daemons.items()} == {
-            "a": "stopped", "b": "stopped"}
+            "a": "stopped",
+            "b": "stopped",
+        }
         assert supervisor.readiness(daemons[0]) == Readiness.not_ready("daemon stopped")
     with pytest.raises(RuntimeError, match="not running"):
         await supervisor.start(FakeDaemon("c"), make_state(1))

@@ -14,7 +14,7 @@ import trio.testing
 from mokka.daemon.runner import DaemonRunner
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
-from mokka.errors import ApplyError
+from mokka.errors import ApplyError, SpecError
 from mokka.host import Host
 from mokka.state.sources.base import SourceUpdate
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, MemorySource, make_state
@@ -37,7 +37,9 @@ async def _stage_all(host: Host, sims) -> None:
             await sim.apply(host, make_state(1))
 
 
-async def test_order_is_daemons_then_revoke_then_discard(autojump_clock, host: Host, node_root: Path):
+async def test_order_is_daemons_then_revoke_then_discard(
+    autojump_clock, host: Host, node_root: Path
+):
     before = snapshot(node_root)
     log: list = []
     sims = _make_sims(log)
@@ -50,15 +52,19 @@ async def test_order_is_daemons_then_revoke_then_discard(autojump_clock, host: H
         log.clear()
         start = trio.current_time()
         report = await teardown(host, sims, timeout=25, supervisor=supervisor)
-    assert report.clean and not report.timed_out
+    assert report.clean
+    assert not report.timed_out
     assert not sims[2].running
     methods = [(method, name, t - start) for name, method, _gen, t in log]
     # Revokes concurrently at once; discards concurrently after the slowest revoke (3 s).
     # (trio schedules a batch in no fixed order, so compare each step as a set.)
     assert [m for m, *_ in methods] == ["revoke"] * 2 + ["discard"] * 4
     assert set(methods) == {
-        ("revoke", "driver", 0), ("revoke", "cri", 0),
-        ("discard", "driver", 3), ("discard", "cri", 3), ("discard", "fabric", 3),
+        ("revoke", "driver", 0),
+        ("revoke", "cri", 0),
+        ("discard", "driver", 3),
+        ("discard", "cri", 3),
+        ("discard", "fabric", 3),
         ("discard", "imex", 3),
     }
     assert report.duration == 3 + 2
@@ -77,7 +83,8 @@ async def test_a_failing_revoke_stops_neither_the_others_nor_the_discards(
 
     report = await teardown(host, sims, timeout=25)
 
-    assert not report.clean and not report.timed_out
+    assert not report.clean
+    assert not report.timed_out
     assert report.failures == (
         ("revoke", "cri", "ApplyError: containerd unreachable"),
         ("discard", "imex", "OSError: busy"),
@@ -85,8 +92,12 @@ async def test_a_failing_revoke_stops_neither_the_others_nor_the_discards(
     steps = [(m, n) for n, m, *_ in log if m in ("revoke", "discard")]
     assert [m for m, _n in steps] == ["revoke"] * 2 + ["discard"] * 4
     assert sorted(steps) == [
-        ("discard", "cri"), ("discard", "driver"), ("discard", "fabric"), ("discard", "imex"),
-        ("revoke", "cri"), ("revoke", "driver"),
+        ("discard", "cri"),
+        ("discard", "driver"),
+        ("discard", "fabric"),
+        ("discard", "imex"),
+        ("revoke", "cri"),
+        ("revoke", "driver"),
     ]
     assert "teardown: revoke of cri failed" in caplog.text
     # Everything but the failing steps' artifacts is gone; a second teardown finishes the job.
@@ -105,7 +116,8 @@ async def test_deadline_bounds_teardown(
     fast = FakeSimulator("fast")
     await _stage_all(host, [slow, fast])
     report = await teardown(host, [slow, fast], timeout=5)
-    assert report.timed_out and not report.clean
+    assert report.timed_out
+    assert not report.clean
     assert report.duration == 5
     assert trio.current_time() == 5
     assert fast.calls("discard") == []  # never reached
@@ -139,7 +151,8 @@ async def test_teardown_completes_although_the_main_scope_is_cancelled(
             outer.cancel(reason="test")
     assert outer.cancelled_caught
     report = runner.teardown_report
-    assert report is not None and report.clean
+    assert report is not None
+    assert report.clean
     # Shielded: revoke (3 s) and discard (2 s) ran to completion despite the cancel.
     assert trio.current_time() - cancelled_at == 5
     assert not sims[2].running
@@ -206,6 +219,26 @@ async def test_a_failing_task_tears_down_and_exits_one(
     assert "the daemon failed; tearing down" in caplog.text
     assert "inotify limit reached" in caplog.text
     assert [m for _n, m, *_ in log if m in ("revoke", "discard")] == [
-        "revoke", "revoke", "discard", "discard", "discard", "discard"]
+        "revoke",
+        "revoke",
+        "discard",
+        "discard",
+        "discard",
+        "discard",
+    ]
     assert runner.teardown_report.clean
+    assert snapshot(node_root) == before
+
+
+async def test_a_spec_error_from_the_source_tears_down_and_exits_two(
+    autojump_clock, host: Host, node_root: Path, caplog: pytest.LogCaptureFixture
+):
+    before = snapshot(node_root)
+    log: list = []
+    sims = _make_sims(log)
+    source = MemorySource(fail_with=SpecError("--source control-plane: not implemented"))
+    runner = _runner(host, sims, source, handle_signals=False)
+    assert await runner.run() == 2
+    assert "invalid input; tearing down: --source control-plane: not implemented" in caplog.text
+    assert sorted(m for _n, m, *_ in log) == ["discard"] * 4 + ["revoke"] * 2
     assert snapshot(node_root) == before

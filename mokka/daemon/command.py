@@ -19,6 +19,7 @@ Invalid flags print one line and exit 2, like argparse's own errors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -29,7 +30,7 @@ import trio_util
 
 from mokka import layout
 from mokka.daemon.reconciler import Reconciler
-from mokka.daemon.runner import DaemonRunner
+from mokka.daemon.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, DaemonRunner
 from mokka.errors import MokkaError, SpecError
 from mokka.host import Host
 from mokka.logs import setup_logging
@@ -38,8 +39,6 @@ from mokka.simulators.base import Simulator
 from mokka.simulators.registry import load_plugins
 
 logger = logging.getLogger(__name__)
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,8 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Discard every simulator's recorded artifacts under the node root and "
         "restore the files they replaced; the manual recovery after a killed pod.",
     )
-    cleanup.add_argument("--root", metavar="DIR", help=(
-        "node root (env MOKKA_ROOT; default ./mokka-node)"))
+    cleanup.add_argument(
+        "--root", metavar="DIR", help=("node root (env MOKKA_ROOT; default ./mokka-node)")
+    )
     cleanup.set_defaults(func=run_cleanup_command)
 
 
@@ -88,20 +88,21 @@ def run_daemon_command(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _usage_error("daemon", f"--root: cannot create {root}: {exc.strerror}")
     host = Host(root)
+    code = EXIT_FAILED
     try:
-        if settings.once:
-            return trio.run(run_once, settings, host, simulators)
-        return trio.run(run_daemon, settings, host, simulators)
-    except MokkaError as exc:
-        logger.error("%s", exc)
-        return EXIT_FAILED
+        code = trio.run(run_once if settings.once else run_daemon, settings, host, simulators)
+    except* SpecError as group:
+        # An input no retry can fix, raised before the daemon got going.
+        code = _usage_error("daemon", "; ".join(str(e) for e in group.exceptions))
+    except* MokkaError as group:
+        for exc in group.exceptions:
+            logger.error("%s", exc)
     finally:
         if created_root and not settings.once:
             # ``mokka`` with no flags made ./mokka-node; leave the directory as found.
-            try:
+            with contextlib.suppress(OSError):  # not empty: left on purpose or by a failure
                 root.rmdir()
-            except OSError:
-                pass  # not empty: something is left there on purpose or by a failure
+    return code
 
 
 def _source(settings: Settings, host: Host):
@@ -125,8 +126,11 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
     # A pod (re)start resets runtime state: injected failures do not survive it.
     reset_file(overrides_path(settings, host))
     logger.info(
-        "daemon starting: profile %s, node %s, root %s", settings.profile, settings.node_name,
-        host.root, extra={"health_addr": "%s:%d" % settings.health_addr},
+        "daemon starting: profile %s, node %s, root %s",
+        settings.profile,
+        settings.node_name,
+        host.root,
+        extra={"health_addr": "{}:{}".format(*settings.health_addr)},
     )
     runner = DaemonRunner(
         host=host,
@@ -140,8 +144,11 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
         code = await runner.run()
     except* OSError as group:
         # Raised only before anything was staged: the probes could not listen.
-        logger.error("cannot serve probes on %s:%d: %s", *settings.health_addr,
-                     "; ".join(str(e) for e in group.exceptions))
+        logger.error(
+            "cannot serve probes on %s:%d: %s",
+            *settings.health_addr,
+            "; ".join(str(e) for e in group.exceptions),
+        )
     return code
 
 

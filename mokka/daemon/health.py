@@ -17,6 +17,7 @@ reconciler and supervisor publish, so a probe never blocks a pass.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -42,7 +43,13 @@ GRACEFUL_TIMEOUT = 1.0
 
 @attrs.define(eq=False)
 class DaemonView:
-    """Read-only access to what the probes report."""
+    """Read-only access to what the probes report.
+
+    Each method builds one probe's answer from the published snapshots at
+    the moment of the request; none awaits, so a probe cannot be held up by
+    a pass in progress (and the kubelet's probe timeout never fires because
+    a stage is slow).
+    """
 
     reconciler: Reconciler
     simulators: Sequence[Simulator]
@@ -62,13 +69,15 @@ class DaemonView:
         return result
 
     def supervisor_status(self) -> SupervisorStatus:
+        """The supervisor's snapshot; an empty one for a view without daemons (``--once``)."""
         return self.supervisor.status if self.supervisor else SupervisorStatus()
 
     def common(self) -> dict:
         """Fields both probes report."""
         status = self.reconciler.status
         since = (
-            None if status.last_success_at is None
+            None
+            if status.last_success_at is None
             else round(trio.current_time() - status.last_success_at, 6)
         )
         return {
@@ -77,11 +86,17 @@ class DaemonView:
             "phase": status.phase,
             "last_pass": None if status.last_pass is None else status.last_pass.as_json(),
             "seconds_since_last_success": since,
-            "source_error": None if status.source_error is None else {
-                "error": status.source_error, "at": iso(status.source_error_wall)},
+            "source_error": None
+            if status.source_error is None
+            else {"error": status.source_error, "at": iso(status.source_error_wall)},
         }
 
     def healthz(self) -> tuple[dict, int]:
+        """Liveness: fails only on a failed Stage wave, which a restart may cure.
+
+        Apply failures and unready simulators do not fail it: restarting the
+        pod would tear down what works without fixing what does not.
+        """
         status = self.reconciler.status
         stage = {} if status.last_pass is None else {o.name: o for o in status.last_pass.stage}
         failures = status.stage_failures
@@ -97,6 +112,11 @@ class DaemonView:
         return body, 503 if failures else 200
 
     def readyz(self) -> tuple[dict, int]:
+        """Readiness: one successful pass, and every simulator ready.
+
+        ``reasons`` is the human list (what ``kubectl describe`` shows);
+        ``not_ready`` the same keyed by simulator for tools.
+        """
         status = self.reconciler.status
         readiness = self.readiness()
         not_ready = {name: r.reason for name, r in readiness.items() if not r.ready}
@@ -120,8 +140,11 @@ class DaemonView:
         return body, 200 if ready else 503
 
     def metrics(self) -> str:
+        """The Prometheus text body (``mokka.daemon.metrics``)."""
         return metrics.render(
-            self.reconciler.status, self.supervisor_status(), self.readiness(),
+            self.reconciler.status,
+            self.supervisor_status(),
+            self.readiness(),
             now=trio.current_time(),
         )
 
@@ -146,6 +169,7 @@ def create_app(view: DaemonView) -> QuartTrio:
 
 
 def _bind(host: str, port: int) -> str:
+    """hypercorn's bind spelling: IPv6 literals in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -167,12 +191,15 @@ async def serve_health(
     config.errorlog = logging.getLogger("mokka.daemon.health.server")
     config.graceful_timeout = GRACEFUL_TIMEOUT
 
-    async def started_hook(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED):
-        await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
-
     async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(started_hook)
+        # hypercorn reports its binds (``http://127.0.0.1:40123``) once listening.
+        binds: list[str] = await nursery.start(
+            functools.partial(serve, app, config, shutdown_trigger=shutdown_trigger)
+        )
         port = int(binds[0].rsplit(":", 1)[1])
-        logger.info("health probes on http://%s/healthz /readyz /metrics", _bind(addr[0], port),
-                    extra={"port": port})
+        logger.info(
+            "health probes on http://%s/healthz /readyz /metrics",
+            _bind(addr[0], port),
+            extra={"port": port},
+        )
         task_status.started(port)

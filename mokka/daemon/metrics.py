@@ -62,7 +62,7 @@ class _Writer:
         help_text: str,
         samples: Iterable[tuple[str, Labels, float | int | bool]],
     ) -> None:
-        """``samples``: ``(suffix, labels, value)``; the suffix is ``""``, ``_sum`` or ``_count``."""
+        """``samples``: ``(suffix, labels, value)``; suffix ``""``, ``_sum`` or ``_count``."""
         self.lines.append(f"# HELP {name} {_escape_help(help_text)}")
         self.lines.append(f"# TYPE {name} {kind}")
         for suffix, labels, value in samples:
@@ -92,58 +92,133 @@ def render(
     *,
     now: float,
 ) -> str:
-    """The whole ``/metrics`` body; ``now`` is ``trio.current_time()``."""
+    """The whole ``/metrics`` body; ``now`` is ``trio.current_time()``.
+
+    Families, in order: pass durations and outcomes, per-simulator per-wave
+    durations and failures, readiness and daemon restarts, generations,
+    staleness, source errors.
+    """
     w = _Writer()
-    w.summary("mokka_pass_duration_seconds", "Duration of reconcile passes.",
-              [({}, reconciler.pass_duration)])
-    w.family("mokka_pass_last_duration_seconds", "gauge", "Duration of the last reconcile pass.",
-             [("", {}, reconciler.pass_duration.last)])
+    # -- passes ----------------------------------------------------------
+    # Summaries without quantiles: quantiles computed in-process cannot be
+    # aggregated across nodes, while _sum/_count give rate-based averages.
+    w.summary(
+        "mokka_pass_duration_seconds",
+        "Duration of reconcile passes.",
+        [({}, reconciler.pass_duration)],
+    )
+    w.family(
+        "mokka_pass_last_duration_seconds",
+        "gauge",
+        "Duration of the last reconcile pass.",
+        [("", {}, reconciler.pass_duration.last)],
+    )
+    # Every outcome is present from the start, at 0: ``increase()`` over a
+    # series that appears only with its first failure misses that failure.
     outcomes = dict.fromkeys(("ok", "stage-failed", "supervise-failed", "apply-failed"), 0)
     outcomes.update(reconciler.passes_by_outcome)
-    w.family("mokka_passes_total", "counter", "Reconcile passes by outcome.",
-             [("", {"outcome": k}, v) for k, v in outcomes.items()])
+    w.family(
+        "mokka_passes_total",
+        "counter",
+        "Reconcile passes by outcome.",
+        [("", {"outcome": k}, v) for k, v in outcomes.items()],
+    )
 
+    # -- simulators --------------------------------------------------------
+    # Keys are (simulator, wave) pairs that ran at least once; sorted so the
+    # body is stable between scrapes (diffable by eye).
     keys = sorted(reconciler.wave_durations)
-    w.summary("mokka_simulator_duration_seconds",
-              "Duration of each simulator's call in each wave (stage, supervise, apply).",
-              [({"simulator": s, "wave": wave}, reconciler.wave_durations[(s, wave)])
-               for s, wave in keys])
-    w.family("mokka_simulator_last_duration_seconds", "gauge",
-             "Duration of each simulator's last call in each wave.",
-             [("", {"simulator": s, "wave": wave}, reconciler.wave_durations[(s, wave)].last)
-              for s, wave in keys])
+    w.summary(
+        "mokka_simulator_duration_seconds",
+        "Duration of each simulator's call in each wave (stage, supervise, apply).",
+        [
+            ({"simulator": s, "wave": wave}, reconciler.wave_durations[(s, wave)])
+            for s, wave in keys
+        ],
+    )
+    w.family(
+        "mokka_simulator_last_duration_seconds",
+        "gauge",
+        "Duration of each simulator's last call in each wave.",
+        [
+            ("", {"simulator": s, "wave": wave}, reconciler.wave_durations[(s, wave)].last)
+            for s, wave in keys
+        ],
+    )
+    # Zero-filled for every call that ran, for the same reason as the outcomes.
     failure_keys = sorted(set(keys) | set(reconciler.failures_total))
-    w.family("mokka_simulator_failures_total", "counter",
-             "Failed simulator calls by wave.",
-             [("", {"simulator": s, "wave": wave}, reconciler.failures_total.get((s, wave), 0))
-              for s, wave in failure_keys])
-    w.family("mokka_simulator_ready", "gauge", "1 when the simulator reports itself ready.",
-             [("", {"simulator": name}, r.ready) for name, r in readiness.items()])
-    w.family("mokka_daemon_restarts_total", "counter", "Restarts of crashed daemons.",
-             [("", {"simulator": name}, d.restarts) for name, d in sorted(supervisor.daemons.items())])
+    w.family(
+        "mokka_simulator_failures_total",
+        "counter",
+        "Failed simulator calls by wave.",
+        [
+            ("", {"simulator": s, "wave": wave}, reconciler.failures_total.get((s, wave), 0))
+            for s, wave in failure_keys
+        ],
+    )
+    w.family(
+        "mokka_simulator_ready",
+        "gauge",
+        "1 when the simulator reports itself ready.",
+        [("", {"simulator": name}, r.ready) for name, r in readiness.items()],
+    )
+    w.family(
+        "mokka_daemon_restarts_total",
+        "counter",
+        "Restarts of crashed daemons.",
+        [("", {"simulator": name}, d.restarts) for name, d in sorted(supervisor.daemons.items())],
+    )
 
+    # -- generations and staleness ---------------------------------------
+    # NaN rather than an absent series or a fake 0: "no value yet" stays
+    # distinguishable from generation 0, and comparisons with NaN are false,
+    # so an alert like ``observed < seen`` does not fire before the first pass.
     def generation(value: int | None) -> float | int:
         return math.nan if value is None else value
 
     last_success = reconciler.last_success
-    w.family("mokka_observed_generation", "gauge",
-             "Generation of the state the last pass ran over (NaN before the first pass).",
-             [("", {}, generation(reconciler.observed_generation))])
-    w.family("mokka_applied_generation", "gauge",
-             "Generation of the last successful pass (NaN before the first).",
-             [("", {}, generation(None if last_success is None else last_success.generation))])
-    w.family("mokka_seen_generation", "gauge",
-             "Generation of the newest state the source delivered.",
-             [("", {}, generation(reconciler.seen_generation))])
+    w.family(
+        "mokka_observed_generation",
+        "gauge",
+        "Generation of the state the last pass ran over (NaN before the first pass).",
+        [("", {}, generation(reconciler.observed_generation))],
+    )
+    w.family(
+        "mokka_applied_generation",
+        "gauge",
+        "Generation of the last successful pass (NaN before the first).",
+        [("", {}, generation(None if last_success is None else last_success.generation))],
+    )
+    w.family(
+        "mokka_seen_generation",
+        "gauge",
+        "Generation of the newest state the source delivered.",
+        [("", {}, generation(reconciler.seen_generation))],
+    )
     since = math.nan if reconciler.last_success_at is None else now - reconciler.last_success_at
-    w.family("mokka_seconds_since_last_success", "gauge",
-             "Seconds since the last successful pass ended (NaN before the first).",
-             [("", {}, since)])
-    w.family("mokka_stage_healthy", "gauge", "1 when the last Stage wave had no failure.",
-             [("", {}, not reconciler.stage_failures)])
-    w.family("mokka_source_errors_total", "counter",
-             "State source errors seen (a bad profile, topology or overrides file).",
-             [("", {}, reconciler.source_errors_total)])
-    w.family("mokka_source_error", "gauge", "1 while the newest source update is an error.",
-             [("", {}, reconciler.source_error is not None)])
+    w.family(
+        "mokka_seconds_since_last_success",
+        "gauge",
+        "Seconds since the last successful pass ended (NaN before the first).",
+        [("", {}, since)],
+    )
+    w.family(
+        "mokka_stage_healthy",
+        "gauge",
+        "1 when the last Stage wave had no failure.",
+        [("", {}, not reconciler.stage_failures)],
+    )
+    # -- the state source -----------------------------------------------------
+    w.family(
+        "mokka_source_errors_total",
+        "counter",
+        "State source errors seen (a bad profile, topology or overrides file).",
+        [("", {}, reconciler.source_errors_total)],
+    )
+    w.family(
+        "mokka_source_error",
+        "gauge",
+        "1 while the newest source update is an error.",
+        [("", {}, reconciler.source_error is not None)],
+    )
     return w.text()

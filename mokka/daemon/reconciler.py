@@ -55,14 +55,20 @@ _NOTHING = object()
 
 @attrs.define(eq=False)
 class Reconciler:
-    """Runs passes over the newest state; publishes a frozen ``ReconcilerStatus``."""
+    """Runs passes over the newest state; publishes a frozen ``ReconcilerStatus``.
+
+    Two ways in: ``run(updates)`` is the daemon's long-lived loop;
+    ``reconcile_once(state)`` is one pass (``--once``, tests, benchmarks).
+    Both record every pass the same way, so ``status`` and ``/metrics``
+    cover both.
+    """
 
     host: Host
     simulators: Sequence[Simulator] = attrs.field(converter=tuple)
     #: ``None`` skips the Supervise wave (``--once``: nothing outlives the run).
     supervisor: Supervisor | None = None
     #: Retry schedule of a failed pass: 1, 2, 4, ... seconds, at most 60 s.
-    backoff: Backoff = Backoff()
+    backoff: Backoff = attrs.field(factory=Backoff)
 
     # Private, mutable bookkeeping; ``status`` is the published snapshot.
     _phase: str = attrs.field(default="waiting", init=False)
@@ -79,9 +85,13 @@ class Reconciler:
     _source_errors_total: int = attrs.field(default=0, init=False)
     _status: ReconcilerStatus = attrs.field(factory=ReconcilerStatus, init=False)
     #: Count of finished passes; tests and ``--once`` wait on it.
-    passes: trio_util.AsyncValue[int] = attrs.field(factory=lambda: trio_util.AsyncValue(0), init=False)
+    passes: trio_util.AsyncValue[int] = attrs.field(
+        factory=lambda: trio_util.AsyncValue(0), init=False
+    )
 
     def __attrs_post_init__(self) -> None:
+        # Names key outcomes, metrics labels, health bodies and manifests:
+        # two simulators with one name would overwrite each other everywhere.
         names = [sim.name for sim in self.simulators]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -99,7 +109,14 @@ class Reconciler:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Reconcile the newest state in ``updates`` until cancelled."""
+        """Reconcile the newest state in ``updates`` until cancelled.
+
+        Waits for *any* new ``SourceUpdate`` object (identity, not equality:
+        a resync that re-reads the same inputs is a new object with the same
+        hash, and is then skipped by the hash check), or for the retry
+        deadline of a failed pass.  What it reconciles is always
+        ``updates.value`` at that moment, never a queued payload.
+        """
         task_status.started()
         seen: object = _NOTHING
         last_hash: str | None = None  # the state the last pass ran over
@@ -108,7 +125,7 @@ class Reconciler:
         while True:
             got: object = _NOTHING
             with trio.move_on_at(retry_at):
-                got = await updates.wait_value(lambda u: u is not seen)
+                got = await updates.wait_value(lambda u, seen=seen: u is not seen)
             due = got is _NOTHING  # the retry deadline passed with no new update
             if not due:
                 seen = got
@@ -122,6 +139,7 @@ class Reconciler:
                 # Same input: converged, terminal, or its retry is already scheduled.
                 continue
             if state.content_hash != last_hash:
+                # New input: the backoff starts over (the user may have fixed it).
                 attempt = 0
             attempt += 1
             result = await self.reconcile_once(state, attempt=attempt)
@@ -169,13 +187,26 @@ class Reconciler:
         return result
 
     async def _stage_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
+        """Every simulator's ``stage`` in parallel; collects all outcomes, raises none.
+
+        ``_call`` swallows each ``Exception`` after recording it, so the
+        nursery only ever raises for cancellation.
+        """
         outcomes: dict[str, SimulatorOutcome] = {}
         async with trio.open_nursery() as nursery:
             for sim in self.simulators:
-                nursery.start_soon(self._call, "stage", sim, sim.stage, (self.host, state), outcomes)
+                nursery.start_soon(
+                    self._call, "stage", sim, sim.stage, (self.host, state), outcomes
+                )
         return tuple(outcomes[sim.name] for sim in self.simulators)
 
     async def _supervise_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
+        """Start each daemon once (in the supervisor's nursery), later reload it.
+
+        Concurrent like the Stage wave and collecting like it: one daemon
+        slow to start (a fabric manager's init delay) does not hold up the
+        others, and every start failure is reported.
+        """
         if self.supervisor is None:
             return ()
         daemons = [sim for sim in self.simulators if isinstance(sim, Daemon)]
@@ -188,6 +219,12 @@ class Reconciler:
         return tuple(outcomes[sim.name] for sim in daemons)
 
     async def _apply_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
+        """The appliers in one plain nursery: the first failure cancels the rest.
+
+        Outcomes of cancelled siblings are recorded as ``cancelled`` (not
+        failures: they did nothing wrong); appliers that never got to run
+        have no outcome.
+        """
         appliers = [sim for sim in self.simulators if isinstance(sim, Applier)]
         outcomes: dict[str, SimulatorOutcome] = {}
         try:
@@ -216,8 +253,12 @@ class Reconciler:
 
         def outcome(**kw: object) -> SimulatorOutcome:
             return SimulatorOutcome(
-                name=sim.name, wave=wave, started_at=began,
-                duration=trio.current_time() - began, wall=time.time(), **kw,  # type: ignore[arg-type]
+                name=sim.name,
+                wave=wave,
+                started_at=began,
+                duration=trio.current_time() - began,
+                wall=time.time(),
+                **kw,  # type: ignore[arg-type]
             )
 
         try:
@@ -244,6 +285,11 @@ class Reconciler:
     # ---- bookkeeping --------------------------------------------------
 
     def _note_update(self, update: SourceUpdate | None) -> None:
+        """Track what the source said: its newest generation and whether it is an error.
+
+        ``source_errors_total`` counts error updates this loop observed;
+        an error repeated within a coalesced burst counts once.
+        """
         if update is None:
             return
         if update.state is not None:
@@ -253,7 +299,8 @@ class Reconciler:
             self._source_error = str(update.error)
             self._source_error_wall = time.time()
             logger.warning(
-                "state source error (the last good state stays in force): %s", update.error,
+                "state source error (the last good state stays in force): %s",
+                update.error,
                 extra={"generation": self._seen_generation},
             )
         else:
@@ -267,12 +314,15 @@ class Reconciler:
             self._publish()
 
     def _record(self, result: PassResult) -> None:
+        """Fold a finished pass into the counters, publish, and log the canonical line."""
         self._last_pass = result
         self._passes_by_outcome[result.outcome] += 1
         self._pass_duration = self._pass_duration.add(result.duration)
         for o in result.outcomes:
             key = (o.name, o.wave)
-            self._wave_durations[key] = self._wave_durations.get(key, DurationSummary()).add(o.duration)
+            self._wave_durations[key] = self._wave_durations.get(key, DurationSummary()).add(
+                o.duration
+            )
             if o.failed:
                 self._failures[key] += 1
         if result.ok:
@@ -282,7 +332,8 @@ class Reconciler:
         self.passes.value += 1
         # The canonical line: one per pass, everything a reader needs to triage.
         logger.info(
-            "reconcile pass %s", result.outcome,
+            "reconcile pass %s",
+            result.outcome,
             extra={
                 "generation": result.generation,
                 "duration_s": round(result.duration, 6),
@@ -297,6 +348,7 @@ class Reconciler:
         )
 
     def _publish(self) -> None:
+        """Swap in a new frozen snapshot; the converters copy the mutable containers."""
         self._status = ReconcilerStatus(
             phase=self._phase,
             passes_total=sum(self._passes_by_outcome.values()),

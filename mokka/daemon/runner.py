@@ -36,6 +36,7 @@ from mokka.daemon.health import DaemonView, create_app, serve_health
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import TeardownReport, teardown
+from mokka.errors import SpecError
 from mokka.host import Host
 from mokka.simulators.base import Simulator
 
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from mokka.state.sources.base import SourceUpdate, StateSource
 
 logger = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 #: Signals that tear the node down: the kubelet's SIGTERM and a user's Ctrl-C.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -86,22 +89,28 @@ class DaemonRunner:
         """Run until stopped; ``started(health_port)`` once the source delivered its first read.
 
         Returns 0 after a signal (or ``stop``) and a clean teardown, 1 when
-        something failed (a task of the inner nursery, or a teardown step).
+        something failed (a task of the inner nursery, or a teardown step),
+        2 when a ``SpecError`` ended it (an input no retry can fix).
         """
         updates: trio_util.AsyncValue[SourceUpdate | None] = trio_util.AsyncValue(None)
         shutdown = trio.Event()
-        failed = False
+        codes: set[int] = set()  # exit codes of what failed, if anything
         logger.info(
-            "node root %s; simulators: %s", self.host.root,
+            "node root %s; simulators: %s",
+            self.host.root,
             ", ".join(s.name for s in self.simulators) or "(none)",
             extra={"root": str(self.host.root)},
         )
         with self._signals() as signals:
             async with trio.open_nursery() as outer:
-                port = await outer.start(partial(
-                    serve_health, create_app(self.view), self.health_addr,
-                    shutdown_trigger=shutdown.wait,
-                ))
+                port = await outer.start(
+                    partial(
+                        serve_health,
+                        create_app(self.view),
+                        self.health_addr,
+                        shutdown_trigger=shutdown.wait,
+                    )
+                )
                 try:
                     try:
                         async with trio.open_nursery() as inner:
@@ -114,17 +123,28 @@ class DaemonRunner:
                             await inner.start(self.reconciler.run, updates)
                             await inner.start(self.source.run, updates)
                             task_status.started(port)
+                    except* SpecError as group:
+                        # A flag the source cannot serve (``--source control-plane``):
+                        # the message says it all, a traceback would only hide it.
+                        codes.add(EXIT_USAGE)
+                        for exc in group.exceptions:
+                            logger.error("invalid input; tearing down: %s", exc)
                     except* Exception as group:
-                        failed = True
+                        codes.add(EXIT_FAILED)
                         logger.error("the daemon failed; tearing down", exc_info=group)
                 finally:
                     self._inner = None
                     self.teardown_report = await teardown(
-                        self.host, self.simulators,
-                        timeout=self.shutdown_timeout, supervisor=self.supervisor,
+                        self.host,
+                        self.simulators,
+                        timeout=self.shutdown_timeout,
+                        supervisor=self.supervisor,
                     )
                     shutdown.set()
-        code = 1 if failed or not self.teardown_report.clean else 0
+        if not self.teardown_report.clean:
+            codes.add(EXIT_FAILED)
+        # A plain failure outranks a usage error: it needs a human more.
+        code = EXIT_FAILED if EXIT_FAILED in codes else max(codes, default=EXIT_OK)
         logger.info("daemon exiting", extra={"exit_code": code, "reason": self._stop_reason})
         return code
 

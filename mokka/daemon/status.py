@@ -108,8 +108,13 @@ class PassResult:
 
     @property
     def outcome(self) -> str:
-        """``ok``, or the first wave that failed: ``stage-failed``, ``supervise-failed``, ``apply-failed``."""
-        for wave, outcomes in (("stage", self.stage), ("supervise", self.supervise), ("apply", self.apply)):
+        """``ok``, or the first wave that failed (``stage-failed``, ``supervise-failed``,
+        ``apply-failed``)."""
+        for wave, outcomes in (
+            ("stage", self.stage),
+            ("supervise", self.supervise),
+            ("apply", self.apply),
+        ):
             if any(o.failed for o in outcomes):
                 return f"{wave}-failed"
         return "ok"
@@ -118,7 +123,8 @@ class PassResult:
         """A few human lines: the outcome, then one line per failing simulator."""
         head = (
             f"generation {self.generation}: {self.outcome} in {self.duration:.3f}s "
-            f"({len(self.stage)} staged, {len(self.supervise)} supervised, {len(self.apply)} applied)"
+            f"({len(self.stage)} staged, {len(self.supervise)} supervised, "
+            f"{len(self.apply)} applied)"
         )
         lines = [head]
         lines.extend(f"  {o.wave} {o.name}: {o.error}" for o in self.failures)
@@ -170,7 +176,9 @@ class ReconcilerStatus:
         factory=dict, converter=_frozen_mapping
     )
     #: ``(simulator, wave)`` → failures so far
-    failures_total: Mapping[tuple[str, str], int] = attrs.field(factory=dict, converter=_frozen_mapping)
+    failures_total: Mapping[tuple[str, str], int] = attrs.field(
+        factory=dict, converter=_frozen_mapping
+    )
     #: generation of the newest state the source delivered (reconciled or not)
     seen_generation: int | None = None
     #: the newest source error, while it is the newest thing the source said

@@ -70,7 +70,7 @@ class Supervisor:
     host: Host
     #: Restart schedule after a crash: 1, 2, 4, ... seconds, at most 30 s, so a
     #: crash-looping daemon neither spins nor stays down for long once fixed.
-    backoff: Backoff = Backoff(initial=1.0, factor=2.0, cap=30.0)
+    backoff: Backoff = attrs.field(factory=lambda: Backoff(initial=1.0, factor=2.0, cap=30.0))
     #: Seconds a restarted ``run`` must stay up before its next crash starts
     #: the backoff over (a daemon that ran for a minute is not crash-looping).
     stable_after: float = 60.0
@@ -199,10 +199,14 @@ class Supervisor:
                     restart_at=trio.current_time() + delay,
                 )
                 logger.exception(
-                    "daemon %s crashed; restarting in %gs", name, delay,
+                    "daemon %s crashed; restarting in %gs",
+                    name,
+                    delay,
                     extra={"simulator": name, "restart_in_s": delay},
                 )
             await trio.sleep(delay)
             restarts += 1
             self._set(name, phase="restarting", restarts=restarts, restart_at=None)
-            logger.info("restarting daemon %s", name, extra={"simulator": name, "restarts": restarts})
+            logger.info(
+                "restarting daemon %s", name, extra={"simulator": name, "restarts": restarts}
+            )

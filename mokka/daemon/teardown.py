@@ -49,7 +49,9 @@ async def teardown(
     host: Host,
     simulators: Sequence[Simulator],
     *,
-    timeout: float,
+    # Teardown owns its deadline: it must be shielded *and* bounded, which a
+    # caller's ``fail_after`` cannot give (the shield would hide it).
+    timeout: float,  # noqa: ASYNC109
     supervisor: Supervisor | None = None,
 ) -> TeardownReport:
     """Stop daemons, revoke, discard; shielded, bounded, never raises for a simulator."""
@@ -61,8 +63,12 @@ async def teardown(
             await call(host)
         except Exception as exc:
             failures.append((step, sim.name, f"{type(exc).__name__}: {exc}"))
-            logger.exception("teardown: %s of %s failed", step, sim.name,
-                             extra={"simulator": sim.name, "step": step})
+            logger.exception(
+                "teardown: %s of %s failed",
+                step,
+                sim.name,
+                extra={"simulator": sim.name, "step": step},
+            )
 
     logger.info("teardown: stopping daemons, revoking, discarding", extra={"timeout_s": timeout})
     with trio.move_on_after(timeout, shield=True) as scope:
@@ -86,9 +92,12 @@ async def teardown(
     if report.timed_out:
         logger.error(
             "teardown: deadline of %gs hit; the node may keep artifacts (run `mokka cleanup`)",
-            timeout, extra={"failures": len(failures)},
+            timeout,
+            extra={"failures": len(failures)},
         )
     else:
-        logger.info("teardown finished", extra={
-            "duration_s": round(report.duration, 6), "failures": len(failures)})
+        logger.info(
+            "teardown finished",
+            extra={"duration_s": round(report.duration, 6), "failures": len(failures)},
+        )
     return report

@@ -212,10 +212,33 @@ def _copy(value: Any) -> Any:
     return value
 
 
+class _Loader(yaml.SafeLoader):
+    """``SafeLoader`` without YAML 1.1's base-60 numbers.
+
+    Under YAML 1.1 an unquoted ``0000:53:00.0`` is the float 190980.0 and
+    ``12:30`` the int 750.  Helm re-renders profiles without quoting bus ids
+    (Go's YAML library has no base-60), so read numbers the YAML 1.2 way.
+    """
+
+
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_INT, re.compile(
+    r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+_Loader.add_implicit_resolver(_FLOAT, re.compile(
+    r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
 def load_yaml(text: str, source: str) -> Any:
-    """``yaml.safe_load`` with syntax errors turned into ``SpecError`` naming file, line, column."""
+    """Parse YAML (safe, no base-60); syntax errors become ``SpecError`` naming line and column."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""

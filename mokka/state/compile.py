@@ -37,8 +37,17 @@ from mokka.errors import SpecError
 from mokka.state import identity
 from mokka.state.checks import deep_merge
 from mokka.state.model import (
-    Fabric, Failure, Gpu, Infiniband, Nvlink, NvlinkSwitch, RootComplex, State, System,
-    Topology, Xid,
+    Fabric,
+    Failure,
+    Gpu,
+    Infiniband,
+    Nvlink,
+    NvlinkSwitch,
+    RootComplex,
+    State,
+    System,
+    Topology,
+    Xid,
 )
 from mokka.state.overrides import Overrides, load_overrides
 from mokka.state.profile import DeviceSpec, Profile, load_profile

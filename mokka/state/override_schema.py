@@ -21,7 +21,7 @@ from typing import Any
 
 from mokka.state import checks
 from mokka.state.checks import Problems, sub
-from mokka.state.profile import FABRIC_STATES, check_failure, check_xid_list
+from mokka.state.device_checks import FABRIC_STATES, check_failure, check_xid_list
 
 Leaf = Callable[[Problems, str, Any], object]
 

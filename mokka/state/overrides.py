@@ -118,7 +118,7 @@ class Overrides:
         layers: list[tuple[str, Mapping[str, Any]]] = []
         if self.all:
             layers.append(("all", self.all))
-        for key in (str(index), uuid.lower()):
+        for key in (str(index), device_key(uuid)):
             if self.devices.get(key):
                 layers.append((f"devices.{key}", self.devices[key]))
         return layers

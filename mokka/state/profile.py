@@ -31,7 +31,13 @@ import attrs
 
 from mokka.errors import SpecError
 from mokka.state import checks
-from mokka.state.checks import Problems, load_yaml, read_optional, sub
+from mokka.state.checks import Problems, load_yaml, sub
+from mokka.state.device_checks import (
+    FABRIC_STATES,
+    check_fabric,
+    check_failure,
+    check_xid_list,
+)
 
 #: Built-in profiles shipped in ``mokka/state/profiles``.
 BUILTIN_PROFILES: tuple[str, ...] = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
@@ -58,10 +64,6 @@ IB_KEYS = (
     "port_state", "phys_state", "hcas_per_gpu", "hca_count", "guid_prefix",
     "node_desc_template",
 )
-FAILURE_KEYS = ("mode", "after_calls", "probability", "seed", "xid")
-XID_KEYS = ("code", "id")
-FAILURE_MODES = ("healthy", "lost", "fallen_off_bus", "ecc_uncorrectable")
-FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "auto")
 #: InfiniBand signalling rates by name: EDR, HDR, NDR, XDR.
 IB_RATES = (100, 200, 400, 800)
 
@@ -277,173 +279,142 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
     )
 
 
+#: Fields every merged device needs: (path, what is expected).
+_REQUIRED = (
+    ("name", 'the product name, e.g. "NVIDIA H100 80GB HBM3"'),
+    ("pci.device_id", "(device << 16) | vendor, e.g. 0x233010DE"),
+)
+
+
 def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
-    defaults_raw = top.get("device_defaults", {})
-    defaults = checks.as_mapping(p, "device_defaults", defaults_raw) if defaults_raw else {}
+    """``devices[]`` merged over ``device_defaults``.
+
+    Each layer is type-checked on its own, so a bad default is reported once
+    (under ``device_defaults``) rather than once per device; what every GPU
+    must have is checked on the merged result.
+    """
+    defaults: dict[str, Any] = {}
+    if top.get("device_defaults") is not None:
+        defaults = checks.as_mapping(p, "device_defaults", top["device_defaults"]) or {}
+        _device_fields(p, "device_defaults", defaults)
     raw = checks.require(p, "", top, "devices", "a list of device entries with index and pci.bus_id")
-    if raw is None:
-        return []
-    entries = checks.as_list(p, "devices", raw)
+    entries = checks.as_list(p, "devices", raw) if raw is not None else None
     if entries is None:
         return []
     if not entries:
         p.add("devices", "empty list, expected at least one device")
     result: list[DeviceSpec] = []
-    seen_index: dict[int, int] = {}
-    seen_minor: dict[int, int] = {}
-    seen_bdf: dict[str, int] = {}
+    missing: dict[str, list[str]] = {}
+    seen: dict[str, dict[Any, int]] = {"index": {}, "minor_number": {}, "pci.bus_id": {}}
     for pos, entry in enumerate(entries):
         path = sub("devices", pos)
         entry_map = checks.as_mapping(p, path, entry)
         if entry_map is None:
             continue
-        spec = _device(p, path, pos, defaults or {}, entry_map)
+        merged = checks.deep_merge(defaults, entry_map)
+        for key, _ in _REQUIRED:
+            if _lookup(merged, key) is None:
+                missing.setdefault(key, []).append(path)
+        spec = _device(p, path, pos, entry_map, merged)
         if spec is None:
             continue
-        for value, seen, what in (
-            (spec.index, seen_index, "index"),
-            (spec.minor_number, seen_minor, "minor_number"),
-            (spec.bus_id, seen_bdf, "pci.bus_id"),
-        ):
-            if value in seen:
-                p.add(sub(path, what), f"{value!r} repeats devices[{seen[value]}], expected "
-                      "a unique value per device")
-            else:
-                seen[value] = pos
+        index_repeats = spec.index in seen["index"]
+        for what, value in (("index", spec.index), ("minor_number", spec.minor_number),
+                            ("pci.bus_id", spec.bus_id)):
+            if value not in seen[what]:
+                seen[what][value] = pos
+            elif not (what == "minor_number" and index_repeats and "minor_number" not in merged):
+                # (a minor derived from a repeated index is that same mistake, reported once)
+                p.add(sub(path, what), f"{value!r} repeats devices[{seen[what][value]}], "
+                      "expected a unique value per device")
         result.append(spec)
-    return result
+    for key, expected in _REQUIRED:
+        paths = missing.get(key, [])
+        if paths and len(paths) == len(entries):
+            p.add(sub("device_defaults", key), f"missing (and in every device), expected {expected}")
+        else:
+            for path in paths:
+                p.add(sub(path, key), f"missing, expected {expected}")
+    return result if not missing else []
+
+
+def _lookup(mapping: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = mapping
+    for key in dotted.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
 
 
 def _device(
-    p: Problems, path: str, pos: int, defaults: Mapping[str, Any], entry: Mapping[str, Any]
+    p: Problems, path: str, pos: int, entry: Mapping[str, Any], merged: Mapping[str, Any]
 ) -> DeviceSpec | None:
     before = len(p.items)
     index = checks.require(p, path, entry, "index", "the device index (an integer >= 0)")
     if index is not None:
         index = checks.as_int(p, sub(path, "index"), index, lo=0)
-    merged = checks.deep_merge(defaults, entry)
-    uuid = merged.get("uuid")
-    if uuid is not None:
-        uuid = checks.as_match(p, sub(path, "uuid"), uuid, checks.GPU_UUID_RE,
-                               "a GPU UUID GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
-    serial = merged.get("serial")
-    if serial is not None and not isinstance(serial, bool) and isinstance(serial, int):
-        serial = str(serial)
-    if serial is not None:
-        serial = checks.as_str(p, sub(path, "serial"), serial)
-    minor = merged.get("minor_number", index)
-    if "minor_number" in merged:
-        # 255 is nvidiactl's minor; 0..254 are GPUs
-        minor = checks.as_int(p, sub(path, "minor_number"), minor, lo=0, hi=254)
-    pair = merged.get("grace_cpu_pair")
-    if pair is not None:
-        pair = checks.as_int(p, sub(path, "grace_cpu_pair"), pair, lo=0)
-    bus_id = None
-    pci = checks.require(p, path, merged, "pci", "a mapping with device_id and bus_id")
-    if pci is not None and checks.as_mapping(p, sub(path, "pci"), pci) is not None:
-        ppath = sub(path, "pci")
-        raw_bdf = checks.require(p, ppath, pci, "bus_id", "a PCI address DDDD:BB:DD.F")
-        if raw_bdf is not None:
-            bus_id = checks.as_bdf(p, sub(ppath, "bus_id"), raw_bdf)
-        did = checks.require(p, ppath, pci, "device_id", "(device << 16) | vendor, e.g. 0x233010DE")
-        if did is not None:
-            checks.as_int(p, sub(ppath, "device_id"), did, lo=0, hi=0xFFFFFFFF)
-        if pci.get("subsystem_id") is not None:
-            checks.as_int(p, sub(ppath, "subsystem_id"), pci["subsystem_id"], lo=0, hi=0xFFFFFFFF)
-    _device_fields(p, path, merged)
-    if len(p.items) > before or index is None or bus_id is None or minor is None:
+    _device_fields(p, path, entry)
+    bus_id = _lookup(merged, "pci.bus_id")
+    if bus_id is None:
+        p.add(sub(path, "pci.bus_id"), "missing, expected a PCI address DDDD:BB:DD.F")
+    fabric = merged.get("fabric")
+    if isinstance(fabric, Mapping) and fabric.get("state") is None:
+        p.add(sub(path, "fabric.state"), f"missing, expected one of: {', '.join(FABRIC_STATES)}")
+    if len(p.items) > before or index is None or bus_id is None:
         return None
+    serial = merged.get("serial")
     return DeviceSpec(
-        index=index, position=pos, uuid=uuid, serial=serial, minor_number=minor,
-        bus_id=bus_id, grace_cpu_pair=pair, config=merged,
+        index=index, position=pos, uuid=merged.get("uuid"),
+        serial=None if serial is None else str(serial),
+        minor_number=merged.get("minor_number", index), bus_id=checks.canonical_bdf(bus_id),
+        grace_cpu_pair=merged.get("grace_cpu_pair"), config=merged,
     )
 
 
-def _device_fields(p: Problems, path: str, merged: Mapping[str, Any]) -> None:
-    """Type-check the device fields the daemon reads; others pass through."""
-    name = checks.require(p, path, merged, "name", 'the product name, e.g. "NVIDIA H100 80GB HBM3"')
-    if name is not None:
-        checks.as_str(p, sub(path, "name"), name)
-    for key in ("brand", "architecture"):
-        if merged.get(key) is not None:
-            checks.as_str(p, sub(path, key), merged[key])
-    cc = merged.get("compute_capability")
+def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
+    """Type-check the device fields the daemon reads, where present; others pass through."""
+    if cfg.get("uuid") is not None:
+        checks.as_match(p, sub(path, "uuid"), cfg["uuid"], checks.GPU_UUID_RE,
+                        "a GPU UUID GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    serial = cfg.get("serial")
+    if serial is not None and (isinstance(serial, bool) or not isinstance(serial, int)):
+        checks.as_str(p, sub(path, "serial"), serial)
+    if cfg.get("minor_number") is not None:
+        # 255 is nvidiactl's minor; 0..254 are GPUs
+        checks.as_int(p, sub(path, "minor_number"), cfg["minor_number"], lo=0, hi=254)
+    if cfg.get("grace_cpu_pair") is not None:
+        checks.as_int(p, sub(path, "grace_cpu_pair"), cfg["grace_cpu_pair"], lo=0)
+    for key in ("name", "brand", "architecture"):
+        if cfg.get(key) is not None:
+            checks.as_str(p, sub(path, key), cfg[key])
+    pci = cfg.get("pci")
+    if pci is not None and (pci_map := checks.as_mapping(p, sub(path, "pci"), pci)) is not None:
+        if pci_map.get("bus_id") is not None:
+            checks.as_bdf(p, sub(path, "pci.bus_id"), pci_map["bus_id"])
+        for key in ("device_id", "subsystem_id"):
+            if pci_map.get(key) is not None:
+                checks.as_int(p, sub(path, f"pci.{key}"), pci_map[key], lo=0, hi=0xFFFFFFFF)
+    cc = cfg.get("compute_capability")
     if cc is not None and (cc_map := checks.as_mapping(p, sub(path, "compute_capability"), cc)):
         for key in ("major", "minor"):
             if cc_map.get(key) is not None:
-                checks.as_int(p, sub(sub(path, "compute_capability"), key), cc_map[key], lo=0)
+                checks.as_int(p, sub(path, f"compute_capability.{key}"), cc_map[key], lo=0)
     for block, keys in _DEVICE_INTS.items():
-        value = merged.get(block)
-        if value is None:
+        if cfg.get(block) is None:
             continue
-        block_map = checks.as_mapping(p, sub(path, block), value)
+        block_map = checks.as_mapping(p, sub(path, block), cfg[block])
         for key in keys if block_map else ():
             if block_map.get(key) is not None:
-                checks.as_int(p, sub(sub(path, block), key), block_map[key], lo=0)
-    platform = merged.get("platform")
+                checks.as_int(p, sub(path, f"{block}.{key}"), block_map[key], lo=0)
+    platform = cfg.get("platform")
     if platform is not None and (pf := checks.as_mapping(p, sub(path, "platform"), platform)):
         if pf.get("module_id") is not None:
             checks.as_int(p, sub(path, "platform.module_id"), pf["module_id"], lo=0)
-    fabric = merged.get("fabric")
-    if fabric is not None:
-        check_fabric(p, sub(path, "fabric"), fabric)
-    if merged.get("failure") is not None:
-        check_failure(p, sub(path, "failure"), merged["failure"])
-    if merged.get("xids") is not None:
-        check_xid_list(p, sub(path, "xids"), merged["xids"])
-
-
-def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -> None:
-    """``fabric``: the GPU's NVLink fabric identity (``cluster_uuid``, ``clique_id``, ``state``)."""
-    fabric = checks.as_mapping(p, path, value)
-    if fabric is None:
-        return
-    if fabric.get("cluster_uuid") is not None:
-        checks.as_match(p, sub(path, "cluster_uuid"), fabric["cluster_uuid"], checks.UUID_RE,
-                        "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
-    if fabric.get("clique_id") is not None:
-        checks.as_int(p, sub(path, "clique_id"), fabric["clique_id"], lo=0)
-    if fabric.get("state") is not None:
-        checks.as_choice(p, sub(path, "state"), fabric["state"], FABRIC_STATES)
-    elif not partial:
-        p.add(sub(path, "state"), f"missing, expected one of: {', '.join(FABRIC_STATES)}")
-
-
-def check_failure(p: Problems, path: str, value: Any) -> None:
-    """``failure``: injected failure mode, its triggers, and the Xid it raises."""
-    failure = checks.as_mapping(p, path, value)
-    if failure is None:
-        return
-    checks.check_keys(p, path, failure, FAILURE_KEYS)
-    if failure.get("mode") is not None:
-        checks.as_choice(p, sub(path, "mode"), failure["mode"], FAILURE_MODES)
-    if failure.get("after_calls") is not None:
-        checks.as_int(p, sub(path, "after_calls"), failure["after_calls"], lo=0)
-    if failure.get("probability") is not None:
-        checks.as_float(p, sub(path, "probability"), failure["probability"], lo=0.0, hi=1.0)
-    if failure.get("seed") is not None:
-        checks.as_int(p, sub(path, "seed"), failure["seed"])
-    if failure.get("xid") is not None:
-        check_xid(p, sub(path, "xid"), failure["xid"])
-
-
-def check_xid(p: Problems, path: str, value: Any) -> None:
-    """One Xid: ``{code: N}`` with an optional ``id`` that makes it distinct from earlier ones."""
-    xid = checks.as_mapping(p, path, value)
-    if xid is None:
-        return
-    checks.check_keys(p, path, xid, XID_KEYS)
-    code = checks.require(p, path, xid, "code", "the Xid number, e.g. 79")
-    if code is not None:
-        checks.as_int(p, sub(path, "code"), code, lo=1, hi=0xFFFF)
-    if xid.get("id") is not None:
-        checks.as_str(p, sub(path, "id"), xid["id"])
-
-
-def check_xid_list(p: Problems, path: str, value: Any) -> None:
-    items = checks.as_list(p, path, value)
-    for pos, item in enumerate(items or ()):
-        check_xid(p, sub(path, pos), item)
+    if cfg.get("fabric") is not None:
+        check_fabric(p, sub(path, "fabric"), cfg["fabric"], partial=True)
+    if cfg.get("failure") is not None:
+        check_failure(p, sub(path, "failure"), cfg["failure"])
+    if cfg.get("xids") is not None:
+        check_xid_list(p, sub(path, "xids"), cfg["xids"])
 
 
 def _nvlink(p: Problems, raw: Any) -> NvlinkSpec | None:

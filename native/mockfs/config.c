@@ -31,11 +31,14 @@
 #include "mockfs.h"
 
 /* What the shim covers when MOKKA_MOCKFS_PREFIXES is unset: the PCI sysfs
- * tree (the bus view and the device hierarchy it links into) and the
- * InfiniBand sysfs classes and device nodes. */
+ * tree (the bus view and the device hierarchy it links into), procfs's PCI
+ * view (libpci falls back to it when sysfs fails: redirected, it finds
+ * nothing rather than the host's devices), and the InfiniBand sysfs classes
+ * and device nodes. */
 static const char *const default_prefixes[] = {
     "/sys/bus/pci",
     "/sys/devices/pci*",
+    "/proc/bus/pci",
     "/sys/class/infiniband",
     "/sys/class/infiniband_mad",
     "/sys/class/infiniband_verbs",
@@ -46,6 +49,15 @@ static const char *const default_prefixes[] = {
 static const char *const pci_prefixes[] = {
     "/sys/bus/pci",
     "/sys/devices/pci*",
+};
+
+/* Under MOCK_PCI_ROOT (which stands for /sys only) procfs's PCI view has
+ * nowhere to go: it is hidden (ENOENT) so libpci's fallback cannot show
+ * the host's devices. */
+static struct mockfs_view hidden = {
+    .env_name = "MOCK_PCI_ROOT",
+    .view_prefix = "",
+    .unusable_errno = ENOENT,
 };
 
 static struct mockfs_config config;
@@ -167,6 +179,8 @@ static void resolve_real(void)
     RESOLVE(chdir, "chdir");
     RESOLVE(realpath, "realpath");
     RESOLVE(realpath_chk, "__realpath_chk");
+    RESOLVE(ioperm, "ioperm");
+    RESOLVE(iopl, "iopl");
 }
 
 static void init_once(void)
@@ -196,6 +210,7 @@ static void init_once(void)
     if (load_view(&config.pci, "MOCK_PCI_ROOT", 1, "/sys")) {
         for (size_t i = 0; i < sizeof pci_prefixes / sizeof pci_prefixes[0]; i++)
             add_rule(pci_prefixes[i], strlen(pci_prefixes[i]), &config.pci);
+        add_rule("/proc/bus/pci", strlen("/proc/bus/pci"), &hidden);
     }
     errno = saved;
 }

@@ -99,6 +99,8 @@ struct mockfs_real {
     int (*chdir)(const char *);
     char *(*realpath)(const char *, char *);
     char *(*realpath_chk)(const char *, char *, size_t);
+    int (*ioperm)(unsigned long, unsigned long, int);
+    int (*iopl)(int);
 };
 
 /* Read the environment and resolve the real functions (once, thread-safe). */
@@ -192,5 +194,8 @@ int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *buf, int f
 ssize_t __readlink_chk(const char *path, char *buf, size_t len, size_t buflen);
 ssize_t __readlinkat_chk(int dirfd, const char *path, char *buf, size_t len, size_t buflen);
 char *__realpath_chk(const char *path, char *resolved, size_t resolvedlen);
+/* x86 port I/O permission calls (declared in <sys/io.h>, absent elsewhere). */
+int ioperm(unsigned long from, unsigned long num, int turn_on);
+int iopl(int level);
 
 #endif

@@ -19,7 +19,14 @@ HERE = Path(__file__).resolve().parent
 #: the native build does not need the Python package importable.
 LIBRARY = "libmockfs.so"
 
-SOURCES = ("config.c", "rewrite.c", "hooks_open.c", "hooks_stat.c", "hooks_path.c")
+SOURCES = (
+    "config.c",
+    "rewrite.c",
+    "hooks_open.c",
+    "hooks_stat.c",
+    "hooks_path.c",
+    "hooks_ports.c",
+)
 
 CFLAGS = (
     "-std=gnu11",

@@ -199,6 +199,7 @@ def render_stubs(s: Surface) -> str:
     for proto in s.stubs:
         lines.append(f"MOCK_API {proto.returns} {proto.name}({proto.params})")
         lines.append("{")
+        lines.append('    mock_debug("%s: not supported by the mock", __func__);')
         lines.append("    return NVML_ERROR_NOT_SUPPORTED;")
         lines.append("}")
         lines.append("")

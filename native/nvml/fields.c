@@ -38,44 +38,34 @@ static void set_ull(nvmlFieldValue_t *v, int found, unsigned long long value)
 }
 
 /* One ECC counter field: which error type, counter and location. */
-static int ecc_field(unsigned field, const char **counter, const char **type, const char **where)
+static int ecc_field(unsigned field, nvmlEccCounterType_t *counter, nvmlMemoryErrorType_t *type,
+                     const char **where)
 {
-    static const struct {
-        unsigned id;
-        const char *counter, *type, *where;
-    } map[] = {
-        {NVML_FI_DEV_ECC_SBE_VOL_TOTAL, "volatile", "single_bit", "total"},
-        {NVML_FI_DEV_ECC_DBE_VOL_TOTAL, "volatile", "double_bit", "total"},
-        {NVML_FI_DEV_ECC_SBE_AGG_TOTAL, "aggregate", "single_bit", "total"},
-        {NVML_FI_DEV_ECC_DBE_AGG_TOTAL, "aggregate", "double_bit", "total"},
-        {NVML_FI_DEV_ECC_SBE_VOL_L1, "volatile", "single_bit", "l1_cache"},
-        {NVML_FI_DEV_ECC_DBE_VOL_L1, "volatile", "double_bit", "l1_cache"},
-        {NVML_FI_DEV_ECC_SBE_VOL_L2, "volatile", "single_bit", "l2_cache"},
-        {NVML_FI_DEV_ECC_DBE_VOL_L2, "volatile", "double_bit", "l2_cache"},
-        {NVML_FI_DEV_ECC_SBE_VOL_DEV, "volatile", "single_bit", "device_memory"},
-        {NVML_FI_DEV_ECC_DBE_VOL_DEV, "volatile", "double_bit", "device_memory"},
-        {NVML_FI_DEV_ECC_SBE_VOL_REG, "volatile", "single_bit", "register_file"},
-        {NVML_FI_DEV_ECC_DBE_VOL_REG, "volatile", "double_bit", "register_file"},
-        {NVML_FI_DEV_ECC_SBE_VOL_TEX, "volatile", "single_bit", "texture_memory"},
-        {NVML_FI_DEV_ECC_DBE_VOL_TEX, "volatile", "double_bit", "texture_memory"},
-        {NVML_FI_DEV_ECC_SBE_AGG_L1, "aggregate", "single_bit", "l1_cache"},
-        {NVML_FI_DEV_ECC_DBE_AGG_L1, "aggregate", "double_bit", "l1_cache"},
-        {NVML_FI_DEV_ECC_SBE_AGG_L2, "aggregate", "single_bit", "l2_cache"},
-        {NVML_FI_DEV_ECC_DBE_AGG_L2, "aggregate", "double_bit", "l2_cache"},
-        {NVML_FI_DEV_ECC_SBE_AGG_DEV, "aggregate", "single_bit", "device_memory"},
-        {NVML_FI_DEV_ECC_DBE_AGG_DEV, "aggregate", "double_bit", "device_memory"},
-        {NVML_FI_DEV_ECC_SBE_AGG_REG, "aggregate", "single_bit", "register_file"},
-        {NVML_FI_DEV_ECC_DBE_AGG_REG, "aggregate", "double_bit", "register_file"},
-        {NVML_FI_DEV_ECC_SBE_AGG_TEX, "aggregate", "single_bit", "texture_memory"},
-        {NVML_FI_DEV_ECC_DBE_AGG_TEX, "aggregate", "double_bit", "texture_memory"},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
-        if (map[i].id == field) {
-            *counter = map[i].counter;
-            *type = map[i].type;
-            *where = map[i].where;
-            return 1;
-        }
+    static const char *const locations[] = {"l1_cache", "l2_cache", "device_memory",
+                                            "register_file", "texture_memory"};
+    const nvmlMemoryErrorType_t sbe = NVML_MEMORY_ERROR_TYPE_CORRECTED;
+    const nvmlMemoryErrorType_t dbe = NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
+    if (field >= NVML_FI_DEV_ECC_SBE_VOL_TOTAL && field <= NVML_FI_DEV_ECC_DBE_AGG_TOTAL) {
+        unsigned i = field - NVML_FI_DEV_ECC_SBE_VOL_TOTAL; /* SBE vol, DBE vol, SBE agg, DBE agg */
+        *type = i % 2 ? dbe : sbe;
+        *counter = i < 2 ? NVML_VOLATILE_ECC : NVML_AGGREGATE_ECC;
+        *where = "total";
+        return 1;
+    }
+    /* 7..16 volatile and 18..27 aggregate: SBE/DBE pairs per location. */
+    if (field >= NVML_FI_DEV_ECC_SBE_VOL_L1 && field <= NVML_FI_DEV_ECC_DBE_VOL_TEX) {
+        unsigned i = field - NVML_FI_DEV_ECC_SBE_VOL_L1;
+        *type = i % 2 ? dbe : sbe;
+        *counter = NVML_VOLATILE_ECC;
+        *where = locations[i / 2];
+        return 1;
+    }
+    if (field >= NVML_FI_DEV_ECC_SBE_AGG_L1 && field <= NVML_FI_DEV_ECC_DBE_AGG_TEX) {
+        unsigned i = field - NVML_FI_DEV_ECC_SBE_AGG_L1;
+        *type = i % 2 ? dbe : sbe;
+        *counter = NVML_AGGREGATE_ECC;
+        *where = locations[i / 2];
+        return 1;
     }
     return 0;
 }
@@ -100,7 +90,9 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
     unsigned long long n = 0;
     unsigned u = 0;
     int found, on = 0;
-    const char *counter, *type, *where, *power;
+    nvmlEccCounterType_t counter;
+    nvmlMemoryErrorType_t type;
+    const char *where, *power;
     unsigned links = mock_link_count(cfg, pos);
     int speed_link = nvlink_speed_link(v->fieldId);
 
@@ -114,12 +106,7 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
         return;
     }
     if (ecc_field(v->fieldId, &counter, &type, &where)) {
-        char field[128];
-        snprintf(field, sizeof field, "ecc.errors.%s.%s.%s", counter, type, where);
-        found = mock_dev_u64(cfg, pos, field, &n);
-        if (found && type[0] == 'd' && mock_dev_is(cfg, pos, "failure.mode", "ecc_uncorrectable") &&
-            (where[0] == 't' || where[0] == 'd'))
-            n += mock_failure_ecc_extra(pos); /* totals and device memory climb */
+        found = mock_ecc_count(cfg, pos, type, counter, where, &n);
         set_ull(v, found, n);
         return;
     }
@@ -168,9 +155,11 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
     case NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT:
     case NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT:
     case NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT: {
-        static const char *const names[] = {"thermal.shutdown_tlimit_c", "thermal.slowdown_tlimit_c",
-                                            "thermal.memory_max_tlimit_c",
-                                            "thermal.gpu_max_tlimit_c"};
+        /* T.Limit thresholds, in the order of fields 193..196 and with the
+         * names `nvidia-smi -q -x` gives them (profile `thermal` block). */
+        static const char *const names[] = {
+            "thermal.max_tlimit_threshold_c", "thermal.slow_tlimit_threshold_c",
+            "thermal.max_mem_tlimit_threshold_c", "thermal.max_gpu_tlimit_threshold_c"};
         int t = 0;
         found = mock_dev_int(cfg, pos, names[v->fieldId - NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT],
                              &t);
@@ -185,6 +174,7 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
         set_uint(v, 1, 0); /* no reset or drain needed */
         break;
     default:
+        mock_debug("field value %u (scope %u): not supported by the mock", v->fieldId, v->scopeId);
         break; /* NOT_SUPPORTED, already set */
     }
 }

@@ -136,21 +136,36 @@ MOCK_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device,
     return ecc_modes(device, "ecc.default_mode", NULL, defaultMode, NULL);
 }
 
-/* Reads ecc.errors.<volatile|aggregate>.<single_bit|double_bit>.<location>,
- * adding the errors an `ecc_uncorrectable` failure has accumulated. */
-static int ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
-                     nvmlEccCounterType_t counter, const char *location, int with_extra,
-                     unsigned long long *out)
+/* Reads one ECC counter.  Profiles spell counters two ways, both accepted:
+ *   ecc.errors.<volatile|aggregate>.<single_bit|double_bit>.<location>
+ *   ecc.errors.<volatile|aggregate>.<sram|dram>_<correctable|uncorrectable>
+ * (the second is how Hopper and later report them).  Device memory and the
+ * totals include the errors an `ecc_uncorrectable` failure has accumulated.
+ * Returns 0 when the board has no ECC at all. */
+int mock_ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
+                   nvmlEccCounterType_t counter, const char *location, unsigned long long *out)
 {
-    char field[128];
-    snprintf(field, sizeof field, "ecc.errors.%s.%s.%s",
-             counter == NVML_VOLATILE_ECC ? "volatile" : "aggregate",
-             type == NVML_MEMORY_ERROR_TYPE_CORRECTED ? "single_bit" : "double_bit", location);
-    unsigned long long value = 0;
-    int found = mock_dev_u64(cfg, pos, field, &value);
-    if (!found && mock_dev_get(cfg, pos, "ecc.mode_current") == NULL)
+    const char *when = counter == NVML_VOLATILE_ECC ? "volatile" : "aggregate";
+    int corrected = type == NVML_MEMORY_ERROR_TYPE_CORRECTED;
+    const char *bits = corrected ? "single_bit" : "double_bit";
+    const char *kind = corrected ? "correctable" : "uncorrectable";
+    if (mock_dev_get(cfg, pos, "ecc.mode_current") == NULL)
         return 0;
-    if (with_extra && type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED &&
+    char field[128];
+    unsigned long long value = 0, part;
+    snprintf(field, sizeof field, "ecc.errors.%s.%s.%s", when, bits, location);
+    if (!mock_dev_u64(cfg, pos, field, &value)) {
+        int dram = strcmp(location, "device_memory") == 0 || strcmp(location, "total") == 0;
+        int sram = strcmp(location, "sram") == 0 || strcmp(location, "total") == 0;
+        value = 0;
+        snprintf(field, sizeof field, "ecc.errors.%s.dram_%s", when, kind);
+        if (dram && mock_dev_u64(cfg, pos, field, &part))
+            value += part;
+        snprintf(field, sizeof field, "ecc.errors.%s.sram_%s", when, kind);
+        if (sram && mock_dev_u64(cfg, pos, field, &part))
+            value += part;
+    }
+    if (!corrected && (strcmp(location, "device_memory") == 0 || strcmp(location, "total") == 0) &&
         mock_dev_is(cfg, pos, "failure.mode", "ecc_uncorrectable"))
         value += mock_failure_ecc_extra(pos);
     *out = value;
@@ -174,7 +189,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    if (!ecc_count(c.cfg, c.pos, errorType, counterType, "total", 1, eccCounts))
+    if (!mock_ecc_count(c.cfg, c.pos, errorType, counterType, "total", eccCounts))
         r = NVML_ERROR_NOT_SUPPORTED;
     mock_end(&c);
     return r;
@@ -191,12 +206,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device,
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    if (!ecc_count(c.cfg, c.pos, errorType, counterType, "l1_cache", 0, &eccCounts->l1Cache) ||
-        !ecc_count(c.cfg, c.pos, errorType, counterType, "l2_cache", 0, &eccCounts->l2Cache) ||
-        !ecc_count(c.cfg, c.pos, errorType, counterType, "device_memory", 1,
-                   &eccCounts->deviceMemory) ||
-        !ecc_count(c.cfg, c.pos, errorType, counterType, "register_file", 0,
-                   &eccCounts->registerFile))
+    if (!mock_ecc_count(c.cfg, c.pos, errorType, counterType, "l1_cache", &eccCounts->l1Cache) ||
+        !mock_ecc_count(c.cfg, c.pos, errorType, counterType, "l2_cache", &eccCounts->l2Cache) ||
+        !mock_ecc_count(c.cfg, c.pos, errorType, counterType, "device_memory",
+                        &eccCounts->deviceMemory) ||
+        !mock_ecc_count(c.cfg, c.pos, errorType, counterType, "register_file",
+                        &eccCounts->registerFile))
         r = NVML_ERROR_NOT_SUPPORTED;
     mock_end(&c);
     return r;
@@ -225,8 +240,31 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device,
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    int dram = locationType == NVML_MEMORY_LOCATION_DEVICE_MEMORY;
-    if (!ecc_count(c.cfg, c.pos, errorType, counterType, locations[locationType], dram, count))
+    if (!mock_ecc_count(c.cfg, c.pos, errorType, counterType, locations[locationType], count))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device,
+                                                      nvmlEccSramErrorStatus_t *status)
+{
+    if (status == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (status->version != nvmlEccSramErrorStatus_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    const nvmlMemoryErrorType_t cor = NVML_MEMORY_ERROR_TYPE_CORRECTED;
+    const nvmlMemoryErrorType_t unc = NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
+    memset((char *)status + sizeof status->version, 0, sizeof *status - sizeof status->version);
+    /* SRAM uncorrectable errors are SEC-DED detections on these boards. */
+    if (!mock_ecc_count(c.cfg, c.pos, cor, NVML_VOLATILE_ECC, "sram", &status->volatileCor) ||
+        !mock_ecc_count(c.cfg, c.pos, unc, NVML_VOLATILE_ECC, "sram", &status->volatileUncSecDed) ||
+        !mock_ecc_count(c.cfg, c.pos, cor, NVML_AGGREGATE_ECC, "sram", &status->aggregateCor) ||
+        !mock_ecc_count(c.cfg, c.pos, unc, NVML_AGGREGATE_ECC, "sram", &status->aggregateUncSecDed))
         r = NVML_ERROR_NOT_SUPPORTED;
     mock_end(&c);
     return r;

@@ -142,6 +142,13 @@ nvmlReturn_t mock_failure_check(const struct mock_config *cfg, unsigned pos);
 unsigned long long mock_failure_ecc_extra(unsigned pos);
 void mock_failure_cleanup(void);
 
+/* ----------------------------------------------------------- memory.c */
+
+/* One ECC counter; location is a profile name ("total", "device_memory",
+ * "sram", "l1_cache", ...).  Returns 0 when the board has no ECC. */
+int mock_ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
+                   nvmlEccCounterType_t counter, const char *location, unsigned long long *out);
+
 /* -------------------------------------------------------------- pci.c */
 
 nvmlGpuTopologyLevel_t mock_topology_level(const struct mock_config *cfg, unsigned a,

@@ -175,12 +175,30 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
     case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
         return uint_value(device, "thermal.slowdown_threshold_c", temp);
     case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
-        return uint_value(device, "thermal.memory_max_c", temp);
+        return uint_value(device, "thermal.max_memory_operating_c", temp);
     case NVML_TEMPERATURE_THRESHOLD_GPU_MAX:
         return uint_value(device, "thermal.max_operating_c", temp);
     default:
         return uint_value(device, "thermal.unsupported_threshold", temp);
     }
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device,
+                                                     nvmlMarginTemperature_t *marginTempInfo)
+{
+    if (marginTempInfo == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (marginTempInfo->version != nvmlMarginTemperature_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    /* The distance to the slowdown threshold ("T.Limit" in nvidia-smi). */
+    if (!mock_dev_int(c.cfg, c.pos, "thermal.tlimit_c", &marginTempInfo->marginTemperature))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
 }
 
 /* -------------------------------------------------------------------- fans */

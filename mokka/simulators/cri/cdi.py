@@ -5,7 +5,7 @@ asking for ``nvidia.com/gpu=1`` gets: the GPU's device node, the control
 nodes every NVML client opens, the mock NVML library and ``nvidia-smi``, the
 engine config directory and, on NVSwitch systems, the fabric manager's
 state directory.  ``/var/run/cdi/mokka-nri.yaml`` (kind
-``mokka.nvidia.com/gpu``) carries device nodes only: the project's NRI
+``mokka.nvidia.com/gpu``, only while NRI is on) carries device nodes only: the project's NRI
 plugin adds the mounts itself, so its kind must not drag the library mounts
 along a second time.  Its kind sits in a sub-domain of NVIDIA's so
 ``nvidia.com/gpu`` keeps meaning "the full GPU" to every other consumer.
@@ -88,6 +88,11 @@ class NodeExtras:
     imex_binaries: tuple[str, ...] = ()
     #: Whether ``HOOK_BINARY`` is installed, so the ldcache hook may be named.
     hook: bool = False
+    #: Whether the fabric manager's state directory exists.  It does on an
+    #: NVSwitch system unless the fabric manager is switched off
+    #: (``--fabric-manager off``); then no marker ever appears and a
+    #: container without the mount sees what the node does: no fabric manager.
+    fabric_state: bool = True
 
 
 def validate(state: State) -> None:
@@ -136,8 +141,14 @@ def _devices(state: State, *, with_uuids: bool) -> list[dict[str, Any]]:
     return devices
 
 
-def build_specs(state: State, extras: NodeExtras) -> dict[str, dict[str, Any]]:
-    """Both CDI documents (node path → document), from the state and the node's extras."""
+def build_specs(
+    state: State, extras: NodeExtras, *, nri: bool = True
+) -> dict[str, dict[str, Any]]:
+    """The CDI documents (node path → document), from the state and the node's extras.
+
+    The NRI plugin's spec only while NRI is on (``--nri``): nothing else asks
+    for its kind.
+    """
     control = [_dev_node(name) for name in CONTROL_NODES]
     mounts = [
         _mount(f"{layout.DRIVER_LIB}/libnvidia-ml.so.1", f"{CONTAINER_LIB_DIR}/libnvidia-ml.so.1"),
@@ -146,7 +157,7 @@ def build_specs(state: State, extras: NodeExtras) -> dict[str, dict[str, Any]]:
         # rename, and a bind-mounted *file* would keep showing the old inode.
         _mount(layout.CONFIG_DIR, layout.CONFIG_DIR),
     ]
-    if state.has_nvswitch:
+    if state.has_nvswitch and extras.fabric_state:
         # The readiness marker comes and goes while containers run; mounting
         # the directory keeps that visible inside them.
         mounts.append(_mount(layout.FABRIC_STATE_DIR, layout.FABRIC_STATE_DIR))
@@ -172,13 +183,15 @@ def build_specs(state: State, extras: NodeExtras) -> dict[str, dict[str, Any]]:
         "devices": _devices(state, with_uuids=True),
         "containerEdits": edits,
     }
-    nri = {
+    nri_spec = {
         "cdiVersion": CDI_VERSION,
         "kind": NRI_KIND,
         "devices": _devices(state, with_uuids=False),
         "containerEdits": {"deviceNodes": [_dev_node(name) for name in CONTROL_NODES]},
     }
-    return {SPEC_PATH: full, NRI_SPEC_PATH: nri}
+    if not nri:
+        return {SPEC_PATH: full}
+    return {SPEC_PATH: full, NRI_SPEC_PATH: nri_spec}
 
 
 def render(document: Mapping[str, Any]) -> str:
@@ -241,9 +254,13 @@ def check(host: Host, specs: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def probe_extras(host: Host) -> NodeExtras:
-    """What the node offers beyond the driver tree: IMEX binaries, the ldcache hook."""
+    """What the node offers beyond the driver tree: IMEX, the ldcache hook, fabric state."""
     imex = tuple(name for name in IMEX_BINARIES if _is_file(host, f"{layout.DRIVER_BIN}/{name}"))
-    return NodeExtras(imex_binaries=imex, hook=_is_file(host, HOOK_BINARY))
+    try:
+        fabric = host.resolve(layout.FABRIC_STATE_DIR, follow_last=True).is_dir()
+    except HostPathError:
+        fabric = False
+    return NodeExtras(imex_binaries=imex, hook=_is_file(host, HOOK_BINARY), fabric_state=fabric)
 
 
 def _is_file(host: Host, path: str) -> bool:
@@ -253,9 +270,13 @@ def _is_file(host: Host, path: str) -> bool:
         return False
 
 
-def publish(host: Host, state: State) -> ConvergeReport:
-    """Check and write both specs (blocking: run it in a worker thread)."""
-    specs = build_specs(state, probe_extras(host))
+def publish(host: Host, state: State, *, nri: bool = True) -> ConvergeReport:
+    """Check and write the specs (blocking: run it in a worker thread).
+
+    Converging the whole set also removes a spec no longer wanted (the NRI
+    spec after ``--nri off``).
+    """
+    specs = build_specs(state, probe_extras(host), nri=nri)
     check(host, specs)
     report = host.converge(OWNER, _files(specs))
     if report.changed:

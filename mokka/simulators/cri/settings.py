@@ -86,8 +86,9 @@ class CriSettings:
     containerd_config_dir: str = attrs.field(
         default="/etc/containerd/conf.d", validator=_check_node_path
     )
-    #: Enable containerd's NRI plugin in the same drop-in, for the project's
-    #: NRI plugin (containerd 1.7 ships NRI disabled).
+    #: Enable containerd's NRI plugin in the same drop-in (containerd 1.7
+    #: ships it disabled) and publish the CDI spec of the project's NRI
+    #: plugin (``mokka-nri.yaml``); off, neither.
     nri: bool = True
     #: Socket containerd's NRI plugin listens on (host path).
     nri_socket: str = attrs.field(default="/var/run/nri/nri.sock", validator=_check_node_path)
@@ -173,7 +174,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--nri",
         choices=("on", "off"),
         default="on",
-        help="enable containerd's NRI plugin in the drop-in (default: %(default)s)",
+        help="enable containerd's NRI plugin in the drop-in and publish the NRI plugin's "
+        "CDI spec (default: %(default)s)",
     )
     group.add_argument(
         "--nri-socket",

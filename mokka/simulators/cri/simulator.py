@@ -21,7 +21,6 @@ import logging
 import attrs
 import trio
 
-from mokka.errors import MokkaError
 from mokka.host import Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.cri import cdi
@@ -53,7 +52,7 @@ class CriSimulator:
     async def stage(self, host: Host, state: State) -> None:
         """Validate the spec contents; nothing is written before Apply."""
         cdi.validate(state)
-        cdi.build_specs(state, cdi.NodeExtras())
+        cdi.build_specs(state, cdi.NodeExtras(), nri=self.settings.nri)
 
     async def discard(self, host: Host) -> None:
         """Nothing to remove: stage wrote nothing, and the toolkit install stays.
@@ -65,16 +64,17 @@ class CriSimulator:
     async def apply(self, host: Host, state: State) -> None:
         try:
             self._readiness = await trio.to_thread.run_sync(self._apply, host, state)
-        except MokkaError as exc:
-            self._readiness = Readiness.not_ready(str(exc))
+        except Exception as exc:
+            self._readiness = Readiness.not_ready(f"apply failed: {exc}")
             raise
 
     def _apply(self, host: Host, state: State) -> Readiness:
         runtime = self._runtime.install(host)
-        cdi.publish(host, state)
+        cdi.publish(host, state, nri=self.settings.nri)
         if runtime is None:
             runtime = self._runtime.configure(host)
-        return runtime
+        specs = f"CDI specs published for {len(state.gpus)} GPU(s)"
+        return Readiness(runtime.ready, f"{specs}; {runtime.reason}")
 
     async def revoke(self, host: Host) -> None:
         self._readiness = Readiness.not_ready("revoked: CDI specs withdrawn")
@@ -85,5 +85,6 @@ class CriSimulator:
         # promised devices that Discard is about to remove.
         try:
             cdi.withdraw(host)
+            logger.info("CDI specs withdrawn")
         finally:
             self._runtime.revoke(host)

@@ -15,9 +15,9 @@ owner                  what it converges
 ``gpudriver-config``   ``config/config.yaml``, the engine config
 =====================  =====================================================
 
-Everything that can fail before a byte is written (the library not built,
-the engine config not renderable) is decided first, in a *plan*, so a
-failing stage leaves the node as the previous successful one left it.
+What can be known to fail before a byte is written (the library not built,
+the engine config not renderable) is decided first, in a *plan*, so such a
+stage fails leaving the node as the previous successful one left it.
 
 Apply publishes the tree at ``/run/nvidia/driver`` (see ``publish``).
 Discard and revoke remove exactly what the manifests record, so they also
@@ -217,10 +217,12 @@ class GpuDriverSimulator:
     async def apply(self, host: Host, state: State) -> None:
         """Publish the driver tree at ``/run/nvidia/driver``."""
         mode = self.publish_mode(host)
-        self._published = None
+        # The previous publication stays in force (and ready) while this one
+        # runs: /readyz must not flap on every pass.
         try:
             self._published = await trio.to_thread.run_sync(publishing.publish, host, mode)
         except Exception as exc:
+            self._published = None
             self._apply_error = f"publishing {layout.RUN_DRIVER} failed: {exc}"
             raise
         self._apply_error = None

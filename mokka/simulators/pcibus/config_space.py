@@ -103,7 +103,9 @@ def build_config(fn: PciFunction) -> bytes:
     buf[0x3C] = min(fn.irq, 0xFF)  # interrupt line
     buf[0x3D] = 0x01  # interrupt pin INTA#
     if fn.is_bridge:
-        assert fn.primary_bus is not None and fn.secondary_bus is not None
+        # The hierarchy sets both for every bridge.
+        assert fn.primary_bus is not None
+        assert fn.secondary_bus is not None
         buf[0x18] = fn.primary_bus
         buf[0x19] = fn.secondary_bus
         buf[0x1A] = fn.secondary_bus  # subordinate: nothing further down

@@ -36,7 +36,9 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
         if low < 0 or high < low:
             raise ValueError(f"range {item!r} in CPU list {text!r} is empty or negative")
         if high >= MAX_CPUS:
-            raise ValueError(f"CPU {high} in CPU list {text!r} exceeds the kernel limit {MAX_CPUS - 1}")
+            raise ValueError(
+                f"CPU {high} in CPU list {text!r} exceeds the kernel limit {MAX_CPUS - 1}"
+            )
         cpus.update(range(low, high + 1))
     return tuple(sorted(cpus))
 

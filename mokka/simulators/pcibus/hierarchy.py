@@ -197,7 +197,9 @@ def _roots(state: State) -> dict[str, RootComplex]:
     # A state compiled without a PCIe topology still names a root per GPU
     # (the compiler's default pci0000:00 on NUMA 0): honour it.
     for gpu in state.gpus:
-        roots.setdefault(gpu.root_complex, RootComplex(id=gpu.root_complex, numa_node=gpu.numa_node))
+        roots.setdefault(
+            gpu.root_complex, RootComplex(id=gpu.root_complex, numa_node=gpu.numa_node)
+        )
     if not roots and state.nvlink is not None and state.nvlink.switches:
         roots["pci0000:00"] = RootComplex(id="pci0000:00", numa_node=0)
     return roots
@@ -338,7 +340,7 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
 
     functions: list[PciFunction] = []
     parent_of: dict[str, str] = {}
-    for (root_id, domain, bus), members in sorted(
+    for (root_id, _domain, bus), members in sorted(
         downstream.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])
     ):
         root = roots[root_id]
@@ -394,7 +396,5 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
         )
 
     functions.sort(key=lambda f: split_bdf(f.bdf))
-    functions = [
-        attrs.evolve(f, irq=FIRST_IRQ + ordinal) for ordinal, f in enumerate(functions)
-    ]
+    functions = [attrs.evolve(f, irq=FIRST_IRQ + ordinal) for ordinal, f in enumerate(functions)]
     return PciTree(functions=tuple(functions))

@@ -9,7 +9,8 @@ For each function of a ``PciTree`` (paths relative to the mock ``/sys``)::
     bus/pci/devices/<bdf>                -> ../../../devices/<root>/.../<bdf>
     bus/pci/drivers/nvidia/<bdf>         -> ../../../../devices/<root>/.../<bdf>
 
-Every link is relative, so the tree reads the same wherever it is mounted
+The bus directories exist even when no function does (see
+``_BUS_DIRECTORIES``).  Every link is relative, so the tree reads the same wherever it is mounted
 or prefixed (``lspci -O sysfs.path=...``, ``libmockfs.so``, a container
 bind mount), and ``..`` after a link lands where it would on a real host.
 File modes and spellings are the kernel's: read-only attributes 0444,
@@ -22,7 +23,7 @@ device and 17 for a bridge (the kernel prints ``PCI_BRIDGE_RESOURCES`` resp.
 from __future__ import annotations
 
 from mokka import layout
-from mokka.host import Artifact, File, Symlink
+from mokka.host import Artifact, Directory, File, Symlink
 from mokka.simulators.pcibus.config_space import build_config
 from mokka.simulators.pcibus.hierarchy import PciFunction, PciTree
 
@@ -65,15 +66,19 @@ def function_artifacts(fn: PciFunction) -> list[Artifact]:
     if fn.driver is not None:
         driver_dir = f"bus/pci/drivers/{fn.driver}"
         links.append(Symlink(f"{base}/driver", _up(fn.path) + driver_dir))
-        links.append(
-            Symlink(f"{layout.SYS_ROOT}/{driver_dir}/{fn.bdf}", _up(driver_dir) + fn.path)
-        )
+        links.append(Symlink(f"{layout.SYS_ROOT}/{driver_dir}/{fn.bdf}", _up(driver_dir) + fn.path))
     return [*files, *links]
 
 
+#: Present even on a bus without devices: a process preloading
+#: ``libmockfs.so`` must find an *empty* bus there, not a missing one (libpci
+#: would fall back to other access methods and look for the host's devices).
+_BUS_DIRECTORIES = ("bus/pci/devices", "bus/pci/drivers", "devices")
+
+
 def tree_artifacts(tree: PciTree) -> list[Artifact]:
-    """Every artifact of the mock PCI tree (nothing when the tree is empty)."""
-    artifacts: list[Artifact] = []
+    """Every artifact of the mock PCI tree (just the empty bus for an empty tree)."""
+    artifacts: list[Artifact] = [Directory(f"{layout.SYS_ROOT}/{d}") for d in _BUS_DIRECTORIES]
     for fn in tree.functions:
         artifacts.extend(function_artifacts(fn))
     return artifacts

@@ -46,7 +46,12 @@ from mokka.state.model import State
 from mokka.state.profile import is_builtin
 from mokka.state.sources.base import SourceUpdate
 from mokka.state.sources.inotify import (
-    IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_Q_OVERFLOW, Event, Inotify,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_MOVE_SELF,
+    IN_Q_OVERFLOW,
+    Event,
+    Inotify,
 )
 
 logger = logging.getLogger(__name__)

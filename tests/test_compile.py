@@ -1,0 +1,177 @@
+"""Compilation: determinism, content hash, fabric identity, overrides layers, Xid ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mokka.errors import SpecError
+from mokka.state.compile import compile_profile
+from tests.support import DATA
+
+PROFILES = DATA / "profiles"
+CLUSTER = "00000000-0000-0000-0000-0000000000ab"
+
+
+def write(path: Path, doc: object) -> Path:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_same_inputs_give_equal_states_and_hashes() -> None:
+    a = compile_profile("h100", node_name="node-1")
+    b = compile_profile("h100", node_name="node-1")
+    assert a == b
+    assert a.content_hash == b.content_hash
+    assert len(a.content_hash) == 64
+    other = compile_profile("h100", node_name="node-2")
+    assert other.content_hash != a.content_hash
+    assert {g.uuid for g in other.gpus}.isdisjoint({g.uuid for g in a.gpus})
+
+
+def test_generation_is_not_part_of_the_hash() -> None:
+    a = compile_profile("t4", node_name="n", generation=1)
+    b = compile_profile("t4", node_name="n", generation=7)
+    assert (a.generation, b.generation) == (1, 7)
+    assert a.content_hash == b.content_hash
+
+
+def test_comments_and_key_order_do_not_change_the_hash(tmp_path: Path) -> None:
+    text = (PROFILES / "pcie-only.yaml").read_text()
+    first = write(tmp_path / "o1.yaml", {"version": 1, "all": {"thermal": {
+        "temperature_gpu_c": 50, "shutdown_threshold_c": 90}}})
+    second = tmp_path / "o2.yaml"
+    second.write_text("# pinned\nall:\n  thermal: {shutdown_threshold_c: 90, "
+                      "temperature_gpu_c: 50}\nversion: 1\n")
+    (tmp_path / "p1.yaml").write_text(text)
+    (tmp_path / "p2.yaml").write_text("# a comment\n" + text)
+    s1 = compile_profile(tmp_path / "p1.yaml", node_name="n", overrides=first)
+    s2 = compile_profile(tmp_path / "p1.yaml", node_name="n", overrides=second)
+    assert s1.content_hash == s2.content_hash
+    # the profile's name (its path) is an input: same content under another path hashes apart
+    s3 = compile_profile(tmp_path / "p2.yaml", node_name="n", overrides=first)
+    assert s3.content_hash != s1.content_hash
+
+
+def test_feature_gates_are_inputs() -> None:
+    a = compile_profile("t4", node_name="n", feature_gates={"IMEXDownload": False})
+    b = compile_profile("t4", node_name="n", feature_gates={"IMEXDownload": True})
+    assert b.feature_gates == {"IMEXDownload": True}
+    assert a.content_hash != b.content_hash
+
+
+def test_clique_gives_fabric_identity() -> None:
+    topo = PROFILES / "topology-plain.yaml"
+    state = compile_profile("h100", node_name="worker-2", topology=topo)
+    assert {g.fabric for g in state.gpus} == {
+        state.gpus[0].fabric}
+    fabric = state.gpus[0].fabric
+    assert (fabric.cluster_uuid, fabric.clique_id, fabric.state) == (CLUSTER, 1, "completed")
+    assert state.gpus[3].fields["fabric"]["state"] == "completed"
+    assert state.topology is not None
+    assert state.topology.text == topo.read_text()
+
+
+def test_node_not_in_topology_keeps_profile_defaults() -> None:
+    state = compile_profile("h100", node_name="elsewhere",
+                            topology=PROFILES / "topology-plain.yaml")
+    assert state.gpus[0].fabric.state == "auto"
+    assert state.gpus[0].fabric.cluster_uuid == "00000000-0000-0000-0000-000000000000"
+
+
+def test_profiles_without_fabric_block_are_not_affected() -> None:
+    state = compile_profile("a100", node_name="worker-0",
+                            topology=PROFILES / "topology-plain.yaml")
+    assert state.gpus[0].fabric is None
+    assert "fabric" not in state.gpus[0].fields
+
+
+def test_grace_board_in_a_clique_is_fabric_attached() -> None:
+    state = compile_profile("gb200", node_name="worker-1",
+                            topology=PROFILES / "topology-wrapped.yaml")
+    assert state.fabric_attached
+    assert {(g.fabric.cluster_uuid, g.fabric.clique_id) for g in state.gpus} == {(CLUSTER, 1)}
+
+
+def test_overrides_merge_profile_then_all_then_index_then_uuid(tmp_path: Path) -> None:
+    uuid0 = compile_profile("h100", node_name="n").gpus[0].uuid
+    overrides = write(tmp_path / "overrides.yaml", {
+        "version": 1,
+        "all": {"thermal": {"temperature_gpu_c": 70}, "utilization": {"gpu": 5}},
+        "devices": {
+            "0": {"thermal": {"temperature_gpu_c": 71}, "utilization": {"gpu": 6}},
+            uuid0.upper().replace("GPU-", "GPU-", 1): {"thermal": {"temperature_gpu_c": 72}},
+            "1": {"failure": {"mode": "fallen_off_bus", "after_calls": 3}},
+        },
+    })
+    state = compile_profile("h100", node_name="n", overrides=overrides)
+    g0, g1, g2 = state.gpus[:3]
+    assert g0.fields["thermal"]["temperature_gpu_c"] == 72
+    assert g0.fields["utilization"]["gpu"] == 6
+    assert g1.fields["thermal"]["temperature_gpu_c"] == 70
+    # untouched fields of the block stay from the profile (deep merge)
+    assert g1.fields["thermal"]["shutdown_threshold_c"] == 92
+    assert (g1.failure.mode, g1.failure.after_calls) == ("fallen_off_bus", 3)
+    assert g2.failure.mode == "healthy"
+
+
+def test_xid_ids_are_stable_and_distinct(tmp_path: Path) -> None:
+    doc = {"version": 1,
+           "all": {"xids": [{"code": 48}]},
+           "devices": {"0": {"failure": {"mode": "ecc_uncorrectable", "xid": {"code": 79}},
+                             "xids": [{"code": 13, "id": "a1"}, {"code": 13, "id": "b2"}]}}}
+    overrides = write(tmp_path / "overrides.yaml", doc)
+    first = compile_profile("h100", node_name="n", overrides=overrides)
+    again = compile_profile("h100", node_name="n", overrides=overrides)
+    assert first.xids == again.xids
+    mine = [(x.gpu_index, x.code) for x in first.xids]
+    assert mine.count((0, 13)) == 2
+    assert (0, 79) in mine
+    assert sorted(x.gpu_index for x in first.xids if x.code == 48) == list(range(8))
+    ids = [x.id for x in first.xids]
+    assert len(set(ids)) == len(ids)
+    # an id written by ctl names the injection wherever it sits in the file
+    kept = next(x.id for x in first.xids if x.gpu_index == 0 and x.code == 13)
+    doc["devices"]["0"]["xids"] = [{"code": 13, "id": "b2"}]
+    later = compile_profile("h100", node_name="n", overrides=write(overrides, doc))
+    assert [x.id for x in later.xids if x.code == 13] == [
+        next(x.id for x in first.xids if x.code == 13 and x.id != kept)]
+
+
+def test_profile_xids_are_compiled(tmp_path: Path) -> None:
+    text = (PROFILES / "minimal.yaml").read_text().replace(
+        '  - {index: 1, pci: {bus_id: "0000:02:00.0"}}',
+        '  - {index: 1, pci: {bus_id: "0000:02:00.0"}, xids: [{code: 94}]}')
+    (tmp_path / "p.yaml").write_text(text)
+    state = compile_profile(tmp_path / "p.yaml", node_name="n")
+    assert [(x.gpu_index, x.code) for x in state.xids] == [(1, 94)]
+    assert state.xids[0].id.startswith("xid-")
+    assert "xids" not in state.gpu(1).fields
+
+
+def test_missing_optional_inputs_are_absent(tmp_path: Path) -> None:
+    state = compile_profile("t4", node_name="n", topology=tmp_path / "no-topology.yaml",
+                            overrides=tmp_path / "no-overrides.yaml")
+    assert state.topology is None
+    assert state == compile_profile("t4", node_name="n")
+
+
+def test_problems_of_all_inputs_are_reported_together(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text((PROFILES / "minimal.yaml").read_text().replace('"580.105.08"', '"580"'))
+    overrides = write(tmp_path / "o.yaml", {"version": 1, "all": {"brand": "x"}})
+    with pytest.raises(SpecError) as info:
+        compile_profile(profile, node_name="n", overrides=overrides)
+    assert info.value.problems == (
+        f"{profile}: system.driver_version: '580' is not a driver version of 2-3 dot-separated "
+        "numbers like 580.105.08",
+        f"{overrides}: all.brand: not hot-reloadable (consumers cache it when the GPU appears), "
+        "change the profile instead",
+    )
+
+
+def test_empty_node_name_is_refused() -> None:
+    with pytest.raises(SpecError, match="node name: empty"):
+        compile_profile("t4", node_name=" ")

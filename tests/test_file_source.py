@@ -1,0 +1,311 @@
+"""FileSource: real inotify on temp dirs (ConfigMap swap, editor save, symlink chains),
+resync without inotify, debounce and error handling under the autojump clock."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import trio
+import trio_util
+
+from mokka.errors import SpecError
+from mokka.host import Host
+from mokka.layout import OVERRIDES
+from mokka.state.overrides import update_overrides
+from mokka.state.sources import ControlPlaneSource, FileSource, SourceUpdate, make_source
+from mokka.state.sources.file import watch_plan
+from mokka.state.sources.inotify import IN_CLOSE_WRITE, Event
+from tests.support import DATA
+
+PROFILE = (DATA / "profiles" / "minimal.yaml").read_text()
+CHANGED = PROFILE.replace("NVIDIA Test GPU", "NVIDIA Test GPU Rev 2")
+#: Real inotify events arrive in microseconds; this bounds a broken test, not a timing.
+DEADLINE = 10
+
+
+async def inline(fn):
+    """Run the re-read in the trio thread: under autojump no worker thread can be outrun."""
+    return fn()
+
+
+def no_inotify():
+    raise OSError(errno.ENOSYS, "inotify_init1: Function not implemented")
+
+
+def make(profile: Path | str, **kwargs) -> FileSource:
+    kwargs.setdefault("debounce", 0.05)
+    kwargs.setdefault("resync_interval", 0)
+    return FileSource(profile=profile, node_name="worker-0", **kwargs)
+
+
+async def generation(out: trio_util.AsyncValue, n: int) -> SourceUpdate:
+    return await out.wait_value(lambda u: u is not None and u.state is not None
+                                and u.state.generation >= n)
+
+
+def kubelet_update(volume: Path, files: dict[str, str], stamp: int) -> None:
+    """What the kubelet's atomic writer does to a ConfigMap volume, step by step."""
+    new = volume / f"..2026_01_01_00_00_{stamp:02d}.123456789"
+    new.mkdir()
+    for name, text in files.items():
+        (new / name).write_text(text)
+    data = volume / "..data"
+    old = os.readlink(data) if data.is_symlink() else None
+    os.symlink(new.name, volume / "..data_tmp")
+    os.rename(volume / "..data_tmp", data)
+    for name in files:
+        if not (volume / name).is_symlink():
+            os.symlink(f"..data/{name}", volume / name)
+    if old is not None:
+        shutil.rmtree(volume / old)
+
+
+def editor_save(path: Path, text: str) -> None:
+    """Write a temp file beside the target and rename it over (vim, most editors)."""
+    tmp = path.with_name(f".{path.name}.swp")
+    tmp.write_text(text)
+    os.rename(tmp, path)
+
+
+def test_watch_plan_follows_the_configmap_layout(tmp_path: Path) -> None:
+    volume = tmp_path / "mokka"
+    volume.mkdir()
+    kubelet_update(volume, {"config.yaml": PROFILE}, 1)
+    real = os.readlink(volume / "..data")
+    assert watch_plan(volume / "config.yaml") == {
+        str(volume): {"config.yaml", "..data"},
+        str(volume / real): {"config.yaml"},
+    }
+
+
+def test_watch_plan_of_a_missing_file_watches_the_nearest_directory(tmp_path: Path) -> None:
+    assert watch_plan(tmp_path / "later" / "topology.yaml") == {str(tmp_path): {"later"}}
+
+
+async def test_configmap_update_yields_exactly_one_new_state(tmp_path: Path) -> None:
+    volume = tmp_path / "mokka"
+    volume.mkdir()
+    kubelet_update(volume, {"config.yaml": PROFILE}, 1)
+    overrides = tmp_path / "config" / "overrides.yaml"
+    overrides.parent.mkdir()
+    source = make(volume / "config.yaml", overrides=overrides)
+    out = trio_util.AsyncValue(None)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(source.run, out)
+            assert out.value.state.generation == 1
+            kubelet_update(volume, {"config.yaml": CHANGED}, 2)
+            update = await generation(out, 2)
+            assert update.state.gpus[0].name == "NVIDIA Test GPU Rev 2"
+            # a later, unrelated change proves the swap's whole burst is behind us
+            update_overrides(overrides, lambda d: d.update(all={"performance_state": "P2"}))
+            update = await generation(out, 3)
+            assert update.state.gpus[0].fields["performance_state"] == "P2"
+            stats = source.statistics()
+            assert (stats.generation, stats.reloads) == (3, 3)
+            assert str(volume) in stats.watched
+            assert not any("..2026_01_01_00_00_01" in d for d in stats.watched)
+            nursery.cancel_scope.cancel()
+
+
+async def test_editor_rename_over_yields_one_new_state(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    overrides = tmp_path / "overrides.yaml"
+    source = make(profile, overrides=overrides)
+    out = trio_util.AsyncValue(None)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(source.run, out)
+            editor_save(profile, CHANGED)
+            await generation(out, 2)
+            update_overrides(overrides, lambda d: d.update(all={"performance_state": "P4"}))
+            await generation(out, 3)
+            assert source.statistics().reloads == 3
+            nursery.cancel_scope.cancel()
+
+
+async def test_edit_behind_a_symlink_chain_arrives(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "c" / "real.yaml").write_text(PROFILE)
+    (tmp_path / "c" / "other.yaml").write_text(PROFILE.replace("Test GPU", "Other GPU"))
+    os.symlink("../c/real.yaml", tmp_path / "b" / "mid.yaml")
+    os.symlink("../b/mid.yaml", tmp_path / "a" / "link.yaml")
+    source = make(tmp_path / "a" / "link.yaml")
+    out = trio_util.AsyncValue(None)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(source.run, out)
+            assert set(source.statistics().watched) == {
+                str(tmp_path / n) for n in ("a", "b", "c")}
+            # in place, at the far end of the chain
+            (tmp_path / "c" / "real.yaml").write_text(CHANGED)
+            assert (await generation(out, 2)).state.gpus[0].name == "NVIDIA Test GPU Rev 2"
+            # re-point the middle link: the watch set follows the new target
+            os.symlink("../c/other.yaml", tmp_path / "b" / "tmp.yaml")
+            os.rename(tmp_path / "b" / "tmp.yaml", tmp_path / "b" / "mid.yaml")
+            assert (await generation(out, 3)).state.gpus[0].name == "NVIDIA Other GPU"
+            (tmp_path / "c" / "other.yaml").write_text(CHANGED.replace("Rev 2", "Rev 3"))
+            assert (await generation(out, 4)).state.gpus[0].name == "NVIDIA Test GPU Rev 3"
+            nursery.cancel_scope.cancel()
+
+
+async def test_optional_files_appearing_later_are_picked_up(tmp_path: Path) -> None:
+    topology = tmp_path / "later" / "topology.yaml"
+    source = make("t4", topology=topology, overrides=tmp_path / "absent" / "overrides.yaml")
+    out = trio_util.AsyncValue(None)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(source.run, out)
+            assert out.value.error is None
+            assert out.value.state.topology is None
+            topology.parent.mkdir()
+            topology.write_text((DATA / "profiles" / "topology-plain.yaml").read_text())
+            update = await out.wait_value(
+                lambda u: u.state is not None and u.state.topology is not None)
+            assert update.state.topology.placement("worker-0") is not None
+            nursery.cancel_scope.cancel()
+
+
+async def test_resync_picks_changes_up_without_inotify(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    source = make(profile, resync_interval=30, open_inotify=no_inotify, offload=inline)
+    out = trio_util.AsyncValue(None)
+    caplog.set_level(logging.WARNING, logger="mokka.state.sources.file")
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        await nursery.start(source.run, out)
+        assert "inotify unavailable" in caplog.text
+        profile.write_text(CHANGED)
+        await trio.sleep(31)
+        assert out.value.state.generation == 2
+        assert out.value.at == start + 30
+        # an unchanged file re-read by the next resync publishes nothing new
+        await trio.sleep(30)
+        assert source.statistics() .reloads == 3
+        assert out.value.state.generation == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_broken_profile_keeps_last_good_state(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    source = make(profile, resync_interval=10, open_inotify=no_inotify, offload=inline)
+    out = trio_util.AsyncValue(None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(source.run, out)
+        good = out.value.state
+        profile.write_text(PROFILE.replace('"580.105.08"', '"five"'))
+        await trio.sleep(11)
+        assert out.value.state is good
+        assert isinstance(out.value.error, SpecError)
+        assert out.value.error.problems == (
+            f"{profile}: system.driver_version: 'five' is not a driver version of 2-3 "
+            "dot-separated numbers like 580.105.08",)
+        # back to the same content: the error clears, still generation 1
+        profile.write_text(PROFILE)
+        await trio.sleep(10)
+        assert (out.value.state, out.value.error) == (good, None)
+        profile.write_text("version: [\n")
+        await trio.sleep(10)
+        assert out.value.error.problems[0].startswith(f"{profile}: line 2 column 1: not valid YAML")
+        profile.write_text(CHANGED)
+        await trio.sleep(10)
+        assert out.value.error is None
+        assert out.value.state.generation == 2
+        nursery.cancel_scope.cancel()
+
+
+class FakeInotify:
+    """Events on demand, so the debounce runs on the autojump clock."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[Event](100)
+        self.dirs: dict[str, int] = {}
+
+    def add_watch(self, directory: str) -> int:
+        return self.dirs.setdefault(directory, len(self.dirs) + 1)
+
+    def rm_watch(self, wd: int) -> None:
+        pass
+
+    async def read_events(self) -> list[Event]:
+        return [await self.receive.receive()]
+
+    def close(self) -> None:
+        pass
+
+    def touch(self, path: Path) -> None:
+        self.send.send_nowait(Event(self.dirs[str(path.parent)], IN_CLOSE_WRITE, 0, path.name))
+
+
+async def test_bursts_are_debounced(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    fake = FakeInotify()
+    source = make(profile, debounce=0.1, max_delay=1.0, open_inotify=lambda: fake,
+                  offload=inline)
+    out = trio_util.AsyncValue(None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(source.run, out)
+        start = trio.current_time()
+        profile.write_text(CHANGED)
+        for _ in range(3):
+            fake.touch(profile)
+            await trio.sleep(0.05)
+        fake.touch(tmp_path / "unrelated.txt")  # not a watched name: no effect
+        update = await generation(out, 2)
+        # last relevant event at +0.10, then 0.1 s of quiet
+        assert update.at - start == pytest.approx(0.2)
+        assert source.statistics().reloads == 2
+        # a never-ending burst still reloads after max_delay
+        start = trio.current_time()
+        profile.write_text(PROFILE)
+        async with trio.open_nursery() as chatter:
+            async def keep_touching() -> None:
+                while True:
+                    fake.touch(profile)
+                    await trio.sleep(0.05)
+            chatter.start_soon(keep_touching)
+            update = await generation(out, 3)
+            chatter.cancel_scope.cancel()
+        assert update.at - start == pytest.approx(1.0)
+        nursery.cancel_scope.cancel()
+
+
+def test_make_source_defaults_overrides_to_the_node_path(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    settings = SimpleNamespace(
+        source="file", profile="gb200", topology=None, overrides=None, node_name="n1",
+        resync_interval=15.0, feature_gates={"IMEXDownload": True})
+    source = make_source(settings, host)
+    assert isinstance(source, FileSource)
+    assert source.overrides == host.resolve(OVERRIDES)
+    assert source.overrides == tmp_path / OVERRIDES.lstrip("/")
+    assert (source.profile, source.node_name, source.resync_interval) == ("gb200", "n1", 15.0)
+    assert source.paths() == [source.overrides]  # a built-in profile is not a file
+    given = SimpleNamespace(**{**vars(settings), "overrides": tmp_path / "o.yaml"})
+    assert make_source(given, host).overrides == tmp_path / "o.yaml"
+
+
+async def test_control_plane_source_says_it_is_not_implemented(tmp_path: Path) -> None:
+    settings = SimpleNamespace(source="control-plane")
+    source = make_source(settings, Host(tmp_path))
+    assert isinstance(source, ControlPlaneSource)
+    with pytest.raises(SpecError) as info:
+        await source.run(trio_util.AsyncValue(None))
+    assert info.value.problems == (
+        "--source control-plane: the control-plane state source (MEP-0001) is not implemented; "
+        "the file source (--source file, the default) is the one in use",)

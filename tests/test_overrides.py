@@ -1,0 +1,156 @@
+"""The overrides file: strict parsing, merge layers, atomic locked writes, reset."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mokka.errors import MokkaError, SpecError
+from mokka.state.overrides import (
+    Overrides, load_overrides, lock_path, parse_overrides, reset_file, update_overrides,
+)
+
+EXAMPLE = """\
+version: 1
+all: {thermal: {temperature_gpu_c: 70}}
+devices:
+  "0": {failure: {mode: ecc_uncorrectable, after_calls: 1, xid: {code: 79}}}
+  GPU-ABCDEF01-0000-0000-0000-000000000000: {utilization: {gpu: 90}}
+"""
+
+
+def problems_of(doc: Any) -> tuple[str, ...]:
+    with pytest.raises(SpecError) as info:
+        Overrides.from_mapping(doc, source="overrides.yaml")
+    return info.value.problems
+
+
+def test_documented_example_parses() -> None:
+    ovr = parse_overrides(EXAMPLE, source="overrides.yaml")
+    assert ovr.all == {"thermal": {"temperature_gpu_c": 70}}
+    assert set(ovr.devices) == {"0", "GPU-abcdef01-0000-0000-0000-000000000000"}
+    layers = ovr.layers_for(0, "GPU-abcdef01-0000-0000-0000-000000000000")
+    assert [label for label, _ in layers] == [
+        "all", "devices.0", "devices.GPU-abcdef01-0000-0000-0000-000000000000"]
+    assert [label for label, _ in ovr.layers_for(1, "GPU-ffffffff-0000-0000-0000-000000000000")
+            ] == ["all"]
+
+
+def test_integer_device_keys_are_indices() -> None:
+    ovr = Overrides.from_mapping({"version": 1, "devices": {3: {"performance_state": "P8"}}},
+                                 source="o.yaml")
+    assert ovr.devices == {"3": {"performance_state": "P8"}}
+
+
+def test_empty_document_is_empty_overrides() -> None:
+    assert parse_overrides("", source="o.yaml").empty
+    assert parse_overrides("version: 1\n", source="o.yaml").empty
+
+
+@pytest.mark.parametrize("field", [
+    "name", "architecture", "brand", "compute_capability", "uuid", "pci", "bar1_memory"])
+def test_identity_fields_are_not_hot_reloadable(field: str) -> None:
+    assert problems_of({"version": 1, "devices": {"2": {field: {"x": 1}}}}) == (
+        f"overrides.yaml: devices.2.{field}: not hot-reloadable (consumers cache it when the "
+        "GPU appears), change the profile instead",)
+
+
+RULES = [
+    ({"all": {}}, "overrides.yaml: version: missing, expected 1"),
+    ({"version": 2}, "overrides.yaml: version: 2 is not supported, expected 1"),
+    ({"version": 1, "gpus": {}},
+     "overrides.yaml: gpus: unknown key, expected one of: all, devices, version"),
+    ({"version": 1, "devices": {"first": {}}},
+     "overrides.yaml: devices.first: 'first' is not a GPU index or a GPU UUID "
+     "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"),
+    ({"version": 1, "devices": {"0": {"thermal": {"temp": 1}}}},
+     "overrides.yaml: devices.0.thermal.temp: unknown key, expected one of: "
+     "max_memory_operating_c, max_operating_c, shutdown_threshold_c, slowdown_threshold_c, "
+     "target_temperature_c, temperature_gpu_c, temperature_memory_c, tlimit_c"),
+    ({"version": 1, "all": {"utilization": {"gpu": 101}}},
+     "overrides.yaml: all.utilization.gpu: 101 is out of range, expected 0..100"),
+    ({"version": 1, "all": {"performance_state": "P16"}},
+     "overrides.yaml: all.performance_state: 'P16' is not one of: p0, p1, p2, p3, p4, p5, p6, "
+     "p7, p8, p9, p10, p11, p12, p13, p14, p15"),
+    ({"version": 1, "all": {"failure": {"mode": "on_fire"}}},
+     "overrides.yaml: all.failure.mode: 'on_fire' is not one of: healthy, lost, fallen_off_bus, "
+     "ecc_uncorrectable"),
+    ({"version": 1, "all": {"failure": {"mode": "lost", "after_calls": -1}}},
+     "overrides.yaml: all.failure.after_calls: -1 is out of range, expected >= 0"),
+    ({"version": 1, "all": {"xids": [{"code": 79, "when": "now"}]}},
+     "overrides.yaml: all.xids[0].when: unknown key, expected one of: code, id"),
+    ({"version": 1, "all": {"nvlink_errors": {"18": 1}}},
+     "overrides.yaml: all.nvlink_errors.18: '18' is not a link number 0..17"),
+    ({"version": 1, "all": {"fabric": {"health": {"summary": "ok", "speed": 1}}}},
+     "overrides.yaml: all.fabric.health.speed: unknown key, expected one of: "
+     "access_timeout_recovery, bandwidth, incorrect_configuration, route_recovery_in_progress, "
+     "route_unhealthy, summary"),
+    ({"version": 1, "all": {"clocks_throttle_reasons": {"gpu_idle": "yes"}}},
+     "overrides.yaml: all.clocks_throttle_reasons.gpu_idle: 'yes' is not true or false"),
+]
+
+
+@pytest.mark.parametrize(("doc", "message"), RULES, ids=[r[1][16:60] for r in RULES])
+def test_validation_rule_message(doc: dict, message: str) -> None:
+    assert problems_of(doc) == (message,)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    problems = problems_of({"version": 1, "all": {"name": "x", "thermal": {"bogus": 1}},
+                            "devices": {"0": {"utilization": {"gpu": -1}}}})
+    assert len(problems) == 3
+
+
+def test_update_writes_atomically_with_mode_0644(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.yaml"
+    old_umask = os.umask(0o077)
+    try:
+        update_overrides(path, lambda doc: doc.setdefault("all", {}).update(
+            {"thermal": {"temperature_gpu_c": 81}}))
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["overrides.yaml", "overrides.yaml.lock"]
+    loaded = load_overrides(path)
+    assert loaded is not None
+    assert loaded.all == {"thermal": {"temperature_gpu_c": 81}}
+    inode = path.stat().st_ino
+    update_overrides(path, lambda doc: doc["all"]["thermal"].update(temperature_gpu_c=82))
+    # replaced by rename: a new inode, so readers see the old file or the new one
+    assert path.stat().st_ino != inode
+
+
+def test_rejected_update_leaves_the_file_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.yaml"
+    update_overrides(path, lambda doc: doc.update(all={"utilization": {"gpu": 10}}))
+    before = path.read_bytes()
+    with pytest.raises(SpecError) as info:
+        update_overrides(path, lambda doc: doc.update(all={"utilization": {"gpu": 900}}))
+    assert info.value.problems == (
+        f"{path}: all.utilization.gpu: 900 is out of range, expected 0..100",)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["overrides.yaml", "overrides.yaml.lock"]
+
+
+def test_update_refuses_a_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(MokkaError, match="no such directory, expected the node's driver config"):
+        update_overrides(tmp_path / "absent" / "overrides.yaml", lambda doc: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reset_file_removes_runtime_content(tmp_path: Path) -> None:
+    path = tmp_path / "overrides.yaml"
+    update_overrides(path, lambda doc: doc.update(all={"performance_state": "P2"}))
+    assert reset_file(path) is True
+    assert list(tmp_path.iterdir()) == []
+    assert reset_file(path) is False
+    assert list(tmp_path.iterdir()) == []
+    assert reset_file(tmp_path / "absent" / "overrides.yaml") is False
+    # writers work again after a reset (a fresh lock file)
+    update_overrides(path, lambda doc: doc.update(all={"performance_state": "P3"}))
+    assert lock_path(path).exists()
+    assert load_overrides(path).all == {"performance_state": "P3"}
