@@ -11,7 +11,7 @@ the package to the source directory.
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
@@ -30,4 +30,11 @@ class BuildPyWithNative(build_py):
         build_all(out)
 
 
-setup(cmdclass={"build_py": BuildPyWithNative})
+class NativeDistribution(Distribution):
+    """Marks the wheel as platform-specific: it ships machine code (.so, nvidia-smi)."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(cmdclass={"build_py": BuildPyWithNative}, distclass=NativeDistribution)

@@ -45,6 +45,7 @@ class TextFormatter(logging.Formatter):
     """``ts level logger msg key=value ...`` on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """One line: newlines in the message are escaped, extras follow as ``key=value``."""
         message = record.getMessage().replace("\n", "\\n")
         parts = [_timestamp(record), record.levelname, record.name, message]
         fields = extra_fields(record)
@@ -58,6 +59,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``ts``, ``level``, ``logger``, ``msg`` and the extras."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """One object; an extra never overwrites the four fixed keys, and
+        values JSON cannot spell (paths, exceptions) become their ``str``."""
         doc: dict[str, Any] = {
             "ts": _timestamp(record),
             "level": record.levelname,

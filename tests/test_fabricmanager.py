@@ -70,7 +70,8 @@ async def test_a_profile_without_nvswitch_stages_nothing(
     fm = FabricManagerSimulator()
     await fm.stage(host, compile_profile(profile, node_name="node-a"))
     assert snapshot(node_root) == before
-    assert fm.readiness.ready and "profile has no NVSwitch" in fm.readiness.reason
+    assert fm.readiness.ready
+    assert "profile has no NVSwitch" in fm.readiness.reason
 
 
 # ---- the marker over (virtual) time -------------------------------------------
@@ -164,7 +165,9 @@ async def test_a_stale_marker_is_removed_before_the_init_delay(
     assert snapshot(node_root) == before
 
 
-async def test_a_fresh_process_discards_a_marker_a_killed_one_left(host: Host, node_root: Path) -> None:
+async def test_a_fresh_process_discards_a_marker_a_killed_one_left(
+    host: Host, node_root: Path
+) -> None:
     before = snapshot(node_root)
     fm = FabricManagerSimulator()
     await fm.stage(host, make_state())
@@ -282,7 +285,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_flags_build_the_simulator() -> None:
     fm = PLUGIN.build(parse("--fabric-manager", "on", "--fabric-manager-init-delay", "2.5"))
-    assert isinstance(fm, Simulator) and isinstance(fm, Daemon)
+    assert isinstance(fm, Simulator)
+    assert isinstance(fm, Daemon)
     assert fm.settings == FabricManagerSettings(mode="on", init_delay=2.5)
     assert PLUGIN.build(parse()).settings == FabricManagerSettings(mode="auto", init_delay=0.0)
     assert "mokka.simulators.fabricmanager" in registry.PLUGIN_MODULES
@@ -291,5 +295,7 @@ def test_flags_build_the_simulator() -> None:
 
 @pytest.mark.parametrize("delay", ["-1", "nan", "inf"])
 def test_a_bad_init_delay_is_a_clear_error(delay: str) -> None:
-    with pytest.raises(SpecError, match="--fabric-manager-init-delay: .*expected a number of seconds >= 0"):
+    with pytest.raises(
+        SpecError, match=r"--fabric-manager-init-delay: .*expected a number of seconds >= 0"
+    ):
         PLUGIN.build(parse("--fabric-manager-init-delay", delay))

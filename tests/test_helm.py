@@ -10,15 +10,36 @@ package (see ``tests/helm_tool.py``).
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.helm_tool import helm_binary, helm_version
-from tests.support import DATA, ROOT
+from tests.helm_tool import (
+    CHART,
+    HELM_DATA,
+    NAMESPACE,
+    RELEASE,
+    Helm,
+    agent,
+    by_kind,
+    chart_meta,
+    configmap,
+    daemonset,
+    default_values,
+    documented_values,
+    flags,
+    helm_binary,
+    helm_version,
+    mounts,
+    parse_daemon_args,
+    pod_spec,
+    value_leaves,
+    volumes,
+)
+from tests.support import ROOT
+
 
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
@@ -27,73 +48,17 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return Helm(binary, tmp_path_factory.mktemp("helm-home"))
 
 
-#: A small but complete custom profile (the upstream schema's required parts).
-CUSTOM_PROFILE = """\
-version: "1.0"
-system:
-  driver_version: "550.163.01"
-  cuda_version: "12.4"
-  num_devices: 2
-device_defaults:
-  name: "NVIDIA T4"
-  architecture: turing
-devices:
-  - index: 0
-  - index: 1
-"""
-SHA = "ab" * 32
-
-#: Value sets every general test runs against: name → values.
+#: Value sets every general test runs against: ``default`` and the chart's
+#: ``ci/<name>-values.yaml`` files (the chart-testing convention).
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
-    "custom-profile": {"nodeAgent": {"customProfile": CUSTOM_PROFILE}},
-    "topology": {
-        "topology": {
-            "enabled": True,
-            "domains": [
-                {
-                    "name": "d",
-                    "uuid": "00000000-0000-0000-0000-0000000000ab",
-                    "cliques": [{"id": 0, "nodes": ["worker-0", "worker-1"]}],
-                }
-            ],
-        }
-    },
-    "runtime-off": {
-        "nodeAgent": {"containerRuntime": {"enabled": False}, "nri": {"enabled": False}}
-    },
-    "restart-none": {"nodeAgent": {"containerRuntime": {"restartMode": "none"}}},
-    "imex-image": {
-        "nodeAgent": {
-            "imex": {
-                "mode": "on",
-                "archive": {"sha256": SHA},
-                "binaries": {"image": {"repository": "registry.example/imex", "tag": "580.105.08"}},
-            }
-        }
-    },
-    "everything": {
-        "nodeAgent": {
-            "profile": "gb200",
-            "logFormat": "json",
-            "logLevel": "debug",
-            "resyncInterval": 30,
-            "shutdownTimeout": 40,
-            "featureGates": {"IMEXDownload": True},
-            "driverPublish": "symlink",
-            "imex": {
-                "mode": "auto",
-                "archive": {
-                    "url": "https://downloads.example/nvidia-imex-580.105.08-archive.tar.xz",
-                    "sha256": SHA,
-                },
-            },
-            "fabricManager": {"mode": "on", "initDelay": 5},
-            "kernelLog": {"style": "raw"},
-            "nri": {"socketPath": "/run/nri/nri.sock"},
-        },
+    **{
+        path.name.removesuffix("-values.yaml"): yaml.safe_load(path.read_text())
+        for path in sorted((CHART / "ci").glob("*-values.yaml"))
     },
 }
+CUSTOM_PROFILE: str = VALUE_SETS["custom-profile"]["nodeAgent"]["customProfile"]
+SHA = VALUE_SETS["imex-image"]["nodeAgent"]["imex"]["archive"]["sha256"]
 
 
 # --------------------------------------------------------------------------
@@ -644,6 +609,7 @@ def test_default_values_validate_against_schema() -> None:
 # --------------------------------------------------------------------------
 # docs/helm.md: the values table cannot drift from values.yaml
 # --------------------------------------------------------------------------
+
 
 def test_docs_values_table_matches_values_yaml() -> None:
     leaves = value_leaves(default_values())

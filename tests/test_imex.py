@@ -10,7 +10,6 @@ import http.server
 import io
 import os
 import stat
-import subprocess
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -18,14 +17,14 @@ from pathlib import Path
 
 import attrs
 import pytest
+import trio
 
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Simulator
-from mokka.simulators.imex import PLUGIN, ImexSettings, ImexSimulator
-from mokka.simulators.imex import procdevices
+from mokka.simulators.imex import PLUGIN, ImexSettings, ImexSimulator, procdevices
 from mokka.simulators.imex.archive import ArchiveError
 from mokka.simulators.imex.channels import CAPABILITY_FILE, CHANNEL_DIR
 from mokka.simulators.imex.simulator import IMEX_BIN, IMEX_CTL_BIN, IMEX_REAL_BIN, SHIM
@@ -72,6 +71,13 @@ def mtimes(root: Path) -> dict[str, int]:
         str(p.relative_to(root)): os.lstat(p).st_mtime_ns for p in root.rglob("*")
         if not str(p.relative_to(root)).startswith("var/lib/mokka")
     }
+
+
+async def run(argv: list[str]) -> str:
+    """Run a staged program for real; its stdout."""
+    with trio.fail_after(30):
+        result = await trio.run_process(argv, capture_stdout=True)
+    return result.stdout.decode()
 
 
 def rel(node_path: str) -> str:
@@ -157,7 +163,9 @@ async def test_on_forces_imex_and_off_removes_it(host: Host, node_root: Path) ->
     assert "--imex off" in off.readiness.reason
 
 
-async def test_the_hosts_proc_devices_is_the_base_on_a_real_root(host: Host, node_root: Path) -> None:
+async def test_the_hosts_proc_devices_is_the_base_on_a_real_root(
+    host: Host, node_root: Path
+) -> None:
     proc = node_root / "proc"
     proc.mkdir()
     host_text = ("Character devices:\n  1 mem\n509 nvidia-caps-imex-channels\n510 nvidia-caps\n"
@@ -180,7 +188,9 @@ async def test_a_taken_major_fails_the_stage_before_any_write(host: Host, node_r
         "Character devices:\n235 drm_dp_aux\n\nBlock devices:\n  8 sd\n")
     before = snapshot(node_root)
     sim = ImexSimulator(settings=ImexSettings(channel_count=1))
-    with pytest.raises(SpecError, match=r"line 2: character major 235 is already taken by 'drm_dp_aux'"):
+    with pytest.raises(
+        SpecError, match=r"line 2: character major 235 is already taken by 'drm_dp_aux'"
+    ):
         await sim.stage(host, make_state())
     assert snapshot(node_root) == before
     assert not sim.readiness.ready
@@ -194,25 +204,32 @@ def base(text: str) -> procdevices.BaseText:
     return procdevices.BaseText(text, "/proc/devices")
 
 
+def overlay_of_sample() -> str:
+    sample = base(procdevices.SAMPLE.read_text())
+    return procdevices.overlay(sample, channel_major=235, caps_major=236)
+
+
 def test_the_consumers_regex_finds_both_names_in_the_overlay() -> None:
-    text = procdevices.overlay(base(procdevices.SAMPLE.read_text()), channel_major=235, caps_major=236)
+    text = overlay_of_sample()
     channels = procdevices.consumer_pattern("nvidia-caps-imex-channels").search(text)
     caps = procdevices.consumer_pattern("nvidia-caps").search(text)
-    assert channels is not None and channels.group(1) == "235"
-    assert caps is not None and caps.group(1) == "236"
+    assert channels is not None
+    assert channels.group(1) == "235"
+    assert caps is not None
+    assert caps.group(1) == "236"
     # The block section is untouched and still last.
     assert text.endswith("253 device-mapper\n254 mdp\n259 blkext\n")
 
 
 def test_the_overlay_is_idempotent() -> None:
-    once = procdevices.overlay(base(procdevices.SAMPLE.read_text()), channel_major=235, caps_major=236)
+    once = overlay_of_sample()
     twice = procdevices.overlay(base(once), channel_major=235, caps_major=236)
     assert twice == once
     assert once.count("nvidia-caps-imex-channels") == 1
 
 
 def test_the_overlay_replaces_an_old_major() -> None:
-    earlier = procdevices.overlay(base(procdevices.SAMPLE.read_text()), channel_major=235, caps_major=236)
+    earlier = overlay_of_sample()
     moved = procdevices.overlay(base(earlier), channel_major=600, caps_major=601)
     assert "235 nvidia-caps-imex-channels" not in moved
     assert procdevices.consumer_pattern("nvidia-caps-imex-channels").search(moved).group(1) == "600"
@@ -263,15 +280,13 @@ async def test_a_pinned_archive_installs_the_binaries_and_the_shim_runs_the_real
     assert files[rel(IMEX_REAL_BIN)] == ("file", 0o755, FAKE_IMEX)
     assert files[rel(IMEX_CTL_BIN)] == ("file", 0o755, FAKE_IMEX_CTL)
     assert files[rel(IMEX_BIN)] == ("file", 0o755, SHIM.encode())
-    assert sim.readiness.ready and str(archive_dir / ARCHIVE_NAME) in sim.readiness.reason
+    assert sim.readiness.ready
+    assert str(archive_dir / ARCHIVE_NAME) in sim.readiness.reason
     # The shim really execs the real binary beside it, adding --nogpu.
     shim = node_root / rel(IMEX_BIN)
-    out = subprocess.run([str(shim), "-c", "/etc/nvidia-imex/config.cfg"], capture_output=True,
-                         text=True, check=True, timeout=30)
-    assert out.stdout == "nvidia-imex.real --nogpu -c /etc/nvidia-imex/config.cfg\n"
-    ctl = subprocess.run([str(node_root / rel(IMEX_CTL_BIN)), "-q"], capture_output=True,
-                         text=True, check=True, timeout=30)
-    assert ctl.stdout == "nvidia-imex-ctl -q\n"
+    out = await run([str(shim), "-c", "/etc/nvidia-imex/config.cfg"])
+    assert out == "nvidia-imex.real --nogpu -c /etc/nvidia-imex/config.cfg\n"
+    assert await run([str(node_root / rel(IMEX_CTL_BIN)), "-q"]) == "nvidia-imex-ctl -q\n"
 
     await sim.stage(host, make_state())  # unchanged archive: nothing rewritten
     await sim.discard(host)
@@ -287,7 +302,9 @@ async def test_a_checksum_mismatch_installs_nothing(
     before = snapshot(node_root)
     sim = ImexSimulator(settings=ImexSettings(channel_count=1, archive_dir=archive_dir,
                                               archive_sha256="0" * 64))
-    with pytest.raises(ArchiveError, match=r"sha256 [0-9a-f]{64}, expected 0{64}.*nothing was installed"):
+    with pytest.raises(
+        ArchiveError, match=r"sha256 [0-9a-f]{64}, expected 0{64}.*nothing was installed"
+    ):
         await sim.stage(host, make_state())
     assert snapshot(node_root) == before
     assert not sim.readiness.ready
@@ -325,7 +342,8 @@ async def test_without_an_archive_the_node_stays_ready_without_binaries(
     assert not (node_root / rel(IMEX_BIN)).exists()
     assert (node_root / rel(CHANNEL_DIR) / "channel0").exists()
     assert sim.readiness.ready
-    assert f"no IMEX archive in {empty} and the IMEXDownload feature gate is off" in sim.readiness.reason
+    reason = sim.readiness.reason
+    assert f"no IMEX archive in {empty} and the IMEXDownload feature gate is off" in reason
     await sim.discard(host)
     assert snapshot(node_root) == before
 
@@ -345,7 +363,8 @@ async def test_an_unpinned_archive_is_refused(host: Host, node_root: Path, tmp_p
 @pytest.mark.parametrize(
     ("members", "message"),
     [
-        ({"nvidia-imex": FAKE_IMEX}, "0 regular files named 'nvidia-imex-ctl', expected exactly one"),
+        ({"nvidia-imex": FAKE_IMEX},
+         "0 regular files named 'nvidia-imex-ctl', expected exactly one"),
         (None, None),
     ],
 )
@@ -410,11 +429,11 @@ def archive_server(tmp_path: Path) -> Iterator[tuple[ArchiveServer, str]]:
         def __init__(self, *args, **kwargs):
             super().__init__(*args, directory=str(served), **kwargs)
 
-        def do_GET(self):  # noqa: N802 (http.server's naming)
+        def do_GET(self):
             requests.append(self.path)
             super().do_GET()
 
-        def log_message(self, format, *args):  # noqa: A002
+        def log_message(self, format, *args):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -443,9 +462,7 @@ async def test_a_download_is_verified_cached_installed_and_discarded(
     cached = node_root / rel(layout.CACHE_DIR) / ARCHIVE_NAME
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == sha
     assert (node_root / rel(IMEX_REAL_BIN)).read_bytes() == FAKE_IMEX
-    out = subprocess.run([str(node_root / rel(IMEX_BIN))], capture_output=True, text=True,
-                         check=True, timeout=30)
-    assert out.stdout == "nvidia-imex.real --nogpu\n"
+    assert await run([str(node_root / rel(IMEX_BIN))]) == "nvidia-imex.real --nogpu\n"
 
     # A later pass, and a fresh process, use the cache instead of the network.
     await sim.stage(host, state)
@@ -545,7 +562,8 @@ def test_flags_build_the_settings() -> None:
     ("argv", "message"),
     [
         (("--imex-channels", "0"), "--imex-channels: 0, expected 1..1048576"),
-        (("--imex-channel-major", "4096"), "--imex-channel-major: 4096, expected a character major"),
+        (("--imex-channel-major", "4096"),
+         "--imex-channel-major: 4096, expected a character major"),
         (("--imex-caps-major", "235"), "both 235, expected two distinct majors"),
         (("--imex-archive-sha256", "abc"), "--imex-archive-sha256: 'abc', expected 64 hexadecimal"),
         (("--imex-archive-url", "file:///etc/passwd"), "expected an http:// or https:// URL"),

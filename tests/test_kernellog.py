@@ -110,7 +110,8 @@ def test_an_overlong_record_is_cut_to_one_kib_and_stays_one_line() -> None:
     gpu = attrs_evolve(make_state().gpu(0), uuid="GPU-" + "é" * 800)
     record = kmsg.gpu_record(gpu, "journald")
     assert len(record) <= kmsg.MAX_RECORD_BYTES
-    assert record.endswith(b"\n") and record.count(b"\n") == 1
+    assert record.endswith(b"\n")
+    assert record.count(b"\n") == 1
     record.decode()  # still valid UTF-8
 
 
@@ -226,7 +227,7 @@ async def test_raw_style_writes_the_prefix_once(
         "NVRM: Xid (PCI:0000:A8:00): 94, pid='<unknown>', name=<unknown>, Contained ECC error.",
     ]
     # What node-problem-detector and gpud match on the raw log.
-    assert re.search(r"NVRM: Xid.*?: (\d+),", kmsg_file.read_text()).group(1) == "94"
+    assert re.search(r"NVRM: Xid.*?: (\d+),", "\n".join(lines(kmsg_file))).group(1) == "94"
     await sim.discard(host)
     assert without_kmsg(snapshot(node_root)) == without_kmsg(before)
 
@@ -434,7 +435,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_flags_build_the_simulator() -> None:
     sim = PLUGIN.build(parse("--kmsg-style", "raw"))
-    assert isinstance(sim, Simulator) and isinstance(sim, Daemon)
+    assert isinstance(sim, Simulator)
+    assert isinstance(sim, Daemon)
     assert sim.settings.style == "raw"
     assert PLUGIN.build(parse()).settings.style == "journald"
     assert "mokka.simulators.kernellog" in registry.PLUGIN_MODULES

@@ -18,6 +18,7 @@ import pytest
 from mokka import layout
 from mokka.host import Host
 from mokka.simulators.pcibus import PcibusSettings, PcibusSimulator
+from mokka.state.compile import compile_profile
 from tests.support import require_tool, snapshot
 from tests.test_pcibus import H100_BDFS, H100_SWITCHES, build_mockfs, h100_state
 
@@ -89,6 +90,26 @@ async def test_plain_lspci_sees_the_mock_and_none_of_the_host(mock_root: Path, s
     assert "Kernel driver in use: nvidia" in named.stdout
     tree = run([lspci, "-t"], shim, MOKKA_MOCKFS_ROOT=str(mock_root))
     assert "\\-[0000:80]-+-01.0-[8a]----00.0" in tree.stdout
+
+
+async def test_preloaded_lspci_matches_the_sysfs_path_view(
+    host: Host, node_root: Path, shim: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The built-in GB200 profile: the same listing through the shim as through libpci's option."""
+    monkeypatch.setenv("MOKKA_NATIVE_DIR", str(shim.parent))
+    before = snapshot(node_root)
+    sim = PcibusSimulator(PcibusSettings(fallback_cpus=4))
+    await sim.stage(host, compile_profile("gb200", node_name="node-a"))
+    mock = node_root / layout.STATE_ROOT.lstrip("/")
+    lspci = require_tool("lspci")
+    for args in (["-D", "-nn"], ["-t", "-v"], ["-vv"]):
+        direct = run([lspci, "-A", "linux-sysfs", "-O", f"sysfs.path={mock}/sys/bus/pci", *args])
+        preloaded = run([lspci, *args], shim, MOKKA_MOCKFS_ROOT=str(mock))
+        assert direct.returncode == preloaded.returncode == 0, preloaded.stderr
+        assert preloaded.stdout == direct.stdout
+        assert "0018:01:00.0" in preloaded.stdout or "[0018:00]" in preloaded.stdout
+    await sim.discard(host)
+    assert snapshot(node_root) == before
 
 
 async def test_mock_pci_root_still_works(mock_root: Path, shim: Path) -> None:

@@ -11,7 +11,12 @@ import pytest
 
 from mokka.errors import MokkaError, SpecError
 from mokka.state.overrides import (
-    Overrides, load_overrides, lock_path, parse_overrides, reset_file, update_overrides,
+    Overrides,
+    load_overrides,
+    lock_path,
+    parse_overrides,
+    reset_file,
+    update_overrides,
 )
 
 EXAMPLE = """\

@@ -22,7 +22,8 @@ from mokka.simulators.base import Applier, Simulator
 from mokka.simulators.pcibus import PLUGIN, PcibusSettings, PcibusSimulator
 from mokka.simulators.pcibus.config_space import build_config
 from mokka.simulators.pcibus.cpus import format_cpulist, format_cpumask, parse_cpulist
-from mokka.simulators.pcibus.hierarchy import plan_tree
+from mokka.simulators.pcibus.hierarchy import plan_tree, split_bdf
+from mokka.state.compile import compile_profile
 from mokka.state.model import Gpu, Nvlink, NvlinkSwitch, RootComplex, State, System
 from tests.support import ROOT, require_tool, snapshot
 
@@ -203,6 +204,43 @@ async def test_lspci_lists_the_gb200_tray_in_its_domains(
     assert (gpu_dir / "local_cpulist").read_text() == "72-143\n"
     # 144 CPUs: four 32-bit chunks and a 16-bit one; bits 72..143 set.
     assert (gpu_dir / "local_cpus").read_text() == "ffff,ffffffff,ffffff00,00000000,00000000\n"
+
+    await sim.discard(host)
+    assert snapshot(node_root) == before
+
+
+#: Names bookworm's pci.ids gives the built-in profiles' GPUs (others print "Device xxxx").
+PCI_IDS_NAMES = {
+    0x2330: "GH100[H100 SXM5 80GB]",
+    0x20B0: "GA100 [A100 SXM4 40GB]",
+    0x1EB8: "TU104GL [Tesla T4]",
+}
+
+
+@pytest.mark.parametrize("profile", ["a100", "b200", "gb200", "gb300", "h100", "l40s", "t4"])
+async def test_builtin_profiles_through_lspci(
+    profile: str, host: Host, node_root: Path, native: Path, sim: PcibusSimulator
+) -> None:
+    state = compile_profile(profile, node_name="node-a")
+    before = snapshot(node_root)
+    await sim.stage(host, state)
+
+    lines = lspci(node_root, "-D", "-nn").splitlines()
+    gpus = {ln.split()[0]: ln for ln in lines if "[0302]" in ln}
+    assert sorted(gpus) == sorted(g.bus_id for g in state.gpus)
+    switches = [ln.split()[0] for ln in lines if "[0680]" in ln]
+    assert switches == sorted(s.bdf for s in (state.nvlink.switches if state.nvlink else ()))
+    bridges = [ln for ln in lines if "[0604]" in ln]
+    assert len(lines) == len(gpus) + len(switches) + len(bridges)
+    tree = lspci(node_root, "-t")
+    for gpu in state.gpus:
+        line = gpus[gpu.bus_id]
+        assert f"NVIDIA Corporation {PCI_IDS_NAMES.get(gpu.pci_device_id, 'Device')}" in line
+        assert f"[{gpu.pci_vendor_id:04x}:{gpu.pci_device_id:04x}]" in line
+        assert f"NUMA node: {gpu.numa_node}" in lspci(node_root, "-vv", "-s", gpu.bus_id)
+        # Behind a switch port whose secondary bus is the GPU's.
+        _, bus, device, function = split_bdf(gpu.bus_id)
+        assert f"-[{bus:02x}]----{device:02x}.{function}" in tree
 
     await sim.discard(host)
     assert snapshot(node_root) == before
@@ -520,3 +558,10 @@ def test_settings_reject_a_relative_features_dir() -> None:
         PcibusSettings(nfd_features_dir="features.d")
     with pytest.raises(SpecError, match=r"fallback_cpus: got 0, expected 1\.\.8192"):
         PcibusSettings(fallback_cpus=0)
+
+
+def test_masks_span_the_profiles_cpus_not_this_machines() -> None:
+    """With every root's CPU list given, the machine's own CPU count plays no part."""
+    tree = plan_tree(attrs.evolve(gb200_state(), nvlink=None), fallback_cpus=512)
+    assert {f.cpumask for f in tree.functions if f.root == "pci0008:00"} == {
+        "0000,00000000,000000ff,ffffffff,ffffffff"}

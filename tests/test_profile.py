@@ -99,7 +99,8 @@ def test_grace_boards_pair_gpus_with_grace_cpus() -> None:
         state = compile_profile(name, node_name="node-1")
         assert [g.fields["grace_cpu_pair"] for g in state.gpus] == [0, 0, 1, 1]
         assert [g.numa_node for g in state.gpus] == [0, 0, 1, 1]
-        assert state.nvlink is not None and state.nvlink.c2c_enabled
+        assert state.nvlink is not None
+        assert state.nvlink.c2c_enabled
         assert {g.fabric.state for g in state.gpus if g.fabric} == {"completed"}
         assert [g.module_id for g in state.gpus] == [1, 2, 3, 4]
 
@@ -121,7 +122,8 @@ def test_unknown_device_fields_pass_through() -> None:
     assert gpu.fields["platform"]["chassis_serial_number"] == "1822700000200"
     assert gpu.module_id == 3
     assert state.profile_fields["dynamic_metrics_defaults"]["power"]["base_mw"] == 600000
-    assert state.infiniband is not None and state.infiniband.hca_count == 8  # 4 GPUs x 2
+    assert state.infiniband is not None
+    assert state.infiniband.hca_count == 8  # 4 GPUs x 2
 
 
 def test_helm_rendered_profile_reads_numbers_and_bus_ids() -> None:
@@ -155,7 +157,8 @@ def test_minimal_profile_fills_defaults() -> None:
     # no pcie_topology: one root per PCI domain, NUMA 0
     assert [(r.id, r.numa_node, r.bdfs) for r in state.pcie_roots] == [
         ("pci0000:00", 0, ("0000:01:00.0", "0000:02:00.0"))]
-    assert state.nvlink is None and state.infiniband is None
+    assert state.nvlink is None
+    assert state.infiniband is None
 
 
 def test_num_devices_selects_the_first_gpus() -> None:
@@ -206,7 +209,8 @@ RULES = [
      "h100.yaml: devices[1].index: 0 repeats devices[0], expected a unique value per device"),
     ("devices[2].index", -1, "h100.yaml: devices[2].index: -1 is out of range, expected >= 0"),
     ("devices[2].minor_number", 0,
-     "h100.yaml: devices[2].minor_number: 0 repeats devices[0], expected a unique value per device"),
+     "h100.yaml: devices[2].minor_number: 0 repeats devices[0], expected a unique value "
+     "per device"),
     ("devices[2].minor_number", 255,
      "h100.yaml: devices[2].minor_number: 255 is out of range, expected 0..254"),
     ("devices[2].minor_number", "two",

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``daemon`` (the daemon's flags plus every simulator plugin's) and ``cleanup``."""
     daemon = subparsers.add_parser(
         "daemon",
         help="run the node daemon (the default command)",
@@ -66,15 +67,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _usage_error(command: str, message: str) -> int:
+    """One line on stderr, exit 2: what argparse does for its own errors."""
     print(f"mokka {command}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
 
 
 def build_simulators(args: argparse.Namespace) -> list[Simulator]:
+    """Every registered simulator, built from its own flags (registry order)."""
     return [plugin.build(args) for plugin in load_plugins()]
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
+    """``mokka daemon``: validate, set up logging, make the root, run; the exit code.
+
+    A root this command had to create (the local default ``./mokka-node``)
+    is removed again on exit when teardown left it empty, so a local run
+    leaves the working directory as it found it.
+    """
     try:
         settings = Settings.from_args(args)
         simulators = build_simulators(args)
@@ -114,17 +123,28 @@ def _source(settings: Settings, host: Host):
 
 
 def overrides_path(settings: Settings, host: Host) -> Path:
-    """The overrides file the daemon reads: ``--overrides`` or the node path under the root."""
+    """The overrides file the daemon reads: ``--overrides`` or the node path under the root.
+
+    Resolved the way the file source resolves it (the last component is not
+    followed), so the reset below and the source agree on the file.
+    """
     if settings.overrides is not None:
         return settings.overrides
-    return host.resolve(layout.OVERRIDES, follow_last=True)
+    return host.resolve(layout.OVERRIDES)
 
 
 async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
+    """The long-lived daemon (``DaemonRunner``) over the file source."""
     from mokka.state.overrides import reset_file
 
     # A pod (re)start resets runtime state: injected failures do not survive it.
-    reset_file(overrides_path(settings, host))
+    path = overrides_path(settings, host)
+    try:
+        reset_file(path)
+    except OSError as exc:
+        # A read-only mount (an overrides file given by a ConfigMap): it is
+        # not runtime state then, and the daemon can serve it as it is.
+        logger.warning("could not reset the overrides file %s: %s", path, exc.strerror)
     logger.info(
         "daemon starting: profile %s, node %s, root %s",
         settings.profile,
@@ -153,7 +173,13 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
 
 
 async def run_once(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
-    """One pass over the first state the source produces; prints a summary."""
+    """One pass over the first state the source produces; prints a summary.
+
+    The state comes from the same source the daemon uses (not straight from
+    the compiler), so ``--once`` reads the topology and overrides files
+    exactly like the daemon would.  No supervisor: daemons are skipped, and
+    nothing is torn down (``mokka cleanup`` does that on request).
+    """
     updates = trio_util.AsyncValue(None)
     async with trio.open_nursery() as nursery:
         await nursery.start(_source(settings, host).run, updates)
@@ -171,6 +197,7 @@ async def run_once(settings: Settings, host: Host, simulators: list[Simulator]) 
 
 
 def run_cleanup_command(args: argparse.Namespace) -> int:
+    """``mokka cleanup``: discard every owner's manifest under the root; lists what went."""
     root_text = args.root or os.environ.get("MOKKA_ROOT") or str(LOCAL_ROOT)
     root = Path(root_text).absolute()
     if not root.is_dir():

@@ -150,7 +150,11 @@ class DaemonView:
 
 
 def create_app(view: DaemonView) -> QuartTrio:
-    """The probe app; routes only read ``view``."""
+    """The probe app; routes only read ``view``.
+
+    quart-trio rather than a bare ASGI callable: it runs on trio in our
+    nursery, and gives JSON responses for ``(dict, status)`` returns.
+    """
     app = QuartTrio("mokka")
 
     @app.get("/healthz")
@@ -185,6 +189,8 @@ async def serve_health(
     The bound port is reported (port 0 binds any free one), so tests and the
     log know where the probes are.
     """
+    # A fresh Config per server: hypercorn's Config is mutable, and sharing
+    # one would make two daemons in one process (tests) step on each other.
     config = Config()
     config.bind = [_bind(*addr)]
     config.accesslog = None  # probes every few seconds would drown the log

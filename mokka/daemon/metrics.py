@@ -29,10 +29,12 @@ Labels = Mapping[str, str]
 
 
 def _escape_label(value: str) -> str:
+    """Label values: backslash first, so the escapes added after it stay single."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _escape_help(text: str) -> str:
+    """HELP text: like labels, except that quotes need no escape there."""
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
@@ -82,6 +84,7 @@ class _Writer:
         self.family(name, "summary", help_text, samples)
 
     def text(self) -> str:
+        """The body; the format requires a final newline."""
         return "\n".join(self.lines) + "\n"
 
 

@@ -248,7 +248,15 @@ class Reconciler:
         outcomes: dict[str, SimulatorOutcome],
         reraise: bool = False,
     ) -> None:
-        """Run one simulator's part of a wave and record how it went."""
+        """Run one simulator's part of a wave and record how it went.
+
+        ``reraise`` is the Apply wave's fail fast: the error is recorded
+        *and* raised, so the nursery cancels the siblings.  The note added to
+        the exception names the simulator and wave wherever the traceback
+        ends up (a log line, an exception group).  ``MokkaError``s are the
+        failures simulators raise on purpose and get one warning line;
+        anything else is a bug and gets its traceback.
+        """
         began = trio.current_time()
 
         def outcome(**kw: object) -> SimulatorOutcome:
@@ -309,6 +317,7 @@ class Reconciler:
         self._publish()
 
     def _set_phase(self, phase: str) -> None:
+        """Publish only on a change: the loop sets phases far more often than they change."""
         if phase != self._phase:
             self._phase = phase
             self._publish()

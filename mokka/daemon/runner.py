@@ -72,6 +72,7 @@ class DaemonRunner:
     _stop_reason: str | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
+        # Built here, not passed in: their lifetimes are this run's.
         self.supervisor = Supervisor(self.host)
         self.reconciler = Reconciler(self.host, self.simulators, supervisor=self.supervisor)
 
@@ -150,6 +151,13 @@ class DaemonRunner:
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[trio.abc.ReceiveChannel | None]:
+        """SIGTERM/SIGINT as a channel, held for the whole run.
+
+        Held past the inner nursery on purpose: a second Ctrl-C during
+        teardown lands in the (no longer read) channel instead of killing
+        the process half-way through restoring the node; the deadline
+        still bounds how long that takes.
+        """
         if not self.handle_signals:
             yield None
             return
@@ -157,6 +165,7 @@ class DaemonRunner:
             yield signals
 
     async def _watch_signals(self, signals) -> None:
+        """Turn a signal into ``stop``: a cancelled scope with a reason, not an exception."""
         async for signum in signals:
             name = signal.Signals(signum).name
             logger.info("received %s; tearing down", name, extra={"signal": name})

@@ -26,6 +26,7 @@ WAVES = ("stage", "supervise", "apply")
 
 
 def _frozen_mapping(value: Mapping) -> Mapping:
+    """A read-only copy: the publisher keeps mutating its own dict afterwards."""
     return MappingProxyType(dict(value))
 
 
@@ -59,9 +60,11 @@ class SimulatorOutcome:
 
     @property
     def failed(self) -> bool:
+        """A real failure; a fail-fast cancellation is not one (the sibling was at fault)."""
         return not self.ok and not self.cancelled
 
     def as_json(self) -> dict:
+        """The probe bodies' spelling: wall time as ISO 8601, durations in seconds."""
         return {
             "ok": self.ok,
             "error": self.error,
@@ -92,10 +95,12 @@ class PassResult:
 
     @property
     def outcomes(self) -> tuple[SimulatorOutcome, ...]:
+        """Every outcome of the pass, wave by wave."""
         return self.stage + self.supervise + self.apply
 
     @property
     def failures(self) -> tuple[SimulatorOutcome, ...]:
+        """The outcomes that failed (never empty for a failed pass: that is the contract)."""
         return tuple(o for o in self.outcomes if o.failed)
 
     @property
@@ -104,6 +109,12 @@ class PassResult:
 
     @property
     def terminal(self) -> bool:
+        """A ``SpecError`` is among the failures: retrying this input cannot help.
+
+        One terminal failure makes the whole pass terminal even if other
+        simulators failed transiently: the input must change anyway, and the
+        next input gets a fresh pass over every simulator.
+        """
         return any(o.terminal for o in self.failures)
 
     @property
@@ -131,6 +142,7 @@ class PassResult:
         return "\n".join(lines)
 
     def as_json(self) -> dict:
+        """``last_pass`` in the probe bodies."""
         return {
             "generation": self.generation,
             "outcome": self.outcome,
@@ -153,6 +165,7 @@ class DurationSummary:
     last: float = 0.0
 
     def add(self, seconds: float) -> DurationSummary:
+        """A new summary including ``seconds`` (values are replaced, never mutated)."""
         return DurationSummary(count=self.count + 1, total=self.total + seconds, last=seconds)
 
 
@@ -231,4 +244,6 @@ class DaemonStatus:
 
 @attrs.frozen(kw_only=True)
 class SupervisorStatus:
+    """Every started daemon's status, by simulator name (absent: never started)."""
+
     daemons: Mapping[str, DaemonStatus] = attrs.field(factory=dict, converter=_frozen_mapping)

@@ -52,8 +52,11 @@ class _StartedOnce:
     every call, tells the supervisor that this incarnation is live.
     """
 
+    #: the ``task_status`` of ``Supervisor.start``'s ``nursery.start`` call
     outer: trio.TaskStatus[None]
+    #: called on every ``started()``: marks the daemon running in the status
     on_started: Any
+    #: the first ``started()`` happened; later runs are restarts
     forwarded: bool = False
 
     def started(self, value: object = None) -> None:
@@ -74,9 +77,13 @@ class Supervisor:
     #: Seconds a restarted ``run`` must stay up before its next crash starts
     #: the backoff over (a daemon that ran for a minute is not crash-looping).
     stable_after: float = 60.0
+    #: the daemons' nursery while ``run`` runs
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    #: newest state per daemon: a restart runs on it
     _states: dict[str, State] = attrs.field(factory=dict, init=False)
+    #: daemons whose first start succeeded (or is under way): start-once guard
     _started: set[str] = attrs.field(factory=set, init=False)
+    #: private per-daemon status; ``status`` publishes a frozen copy
     _daemons: dict[str, DaemonStatus] = attrs.field(factory=dict, init=False)
     _status: SupervisorStatus = attrs.field(factory=SupervisorStatus, init=False)
     _done: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -168,6 +175,12 @@ class Supervisor:
         self._publish()
 
     async def _keep_running(self, sim: Simulator, *, task_status: trio.TaskStatus[None]) -> None:
+        """One daemon's life: run, and after a crash wait the backoff and run again.
+
+        Lives in the supervisor's nursery; only cancellation ends it.  The
+        first incarnation's errors before ``started()`` propagate to
+        ``start`` instead (the pass reports them).
+        """
         name = sim.name
         daemon: Daemon = sim  # type: ignore[assignment]
         crashes = 0

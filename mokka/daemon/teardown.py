@@ -59,6 +59,11 @@ async def teardown(
     failures: list[tuple[str, str, str]] = []
 
     async def best_effort(step: str, sim: Simulator, call) -> None:
+        """One call; its ``Exception`` is logged and recorded, never raised.
+
+        ``Cancelled`` (the deadline) is a ``BaseException`` and passes: that
+        is how the deadline ends the calls still running.
+        """
         try:
             await call(host)
         except Exception as exc:

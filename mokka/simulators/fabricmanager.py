@@ -70,7 +70,8 @@ class FabricManagerSettings:
             problems.append(f"--fabric-manager: {self.mode!r}, expected one of {', '.join(MODES)}")
         if not (math.isfinite(self.init_delay) and self.init_delay >= 0):
             problems.append(
-                f"--fabric-manager-init-delay: {self.init_delay!r}, expected a number of seconds >= 0"
+                f"--fabric-manager-init-delay: {self.init_delay!r}, "
+                "expected a number of seconds >= 0"
             )
         if not (math.isfinite(self.reassert_interval) and self.reassert_interval > 0):
             problems.append(f"reassert interval: {self.reassert_interval!r}, expected seconds > 0")
@@ -83,7 +84,9 @@ class FabricManagerSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("fabricmanager", "nv-fabricmanager stand-in (readiness marker)")
+    group = parser.add_argument_group(
+        "fabricmanager", "nv-fabricmanager stand-in (readiness marker)"
+    )
     defaults = FabricManagerSettings()
     group.add_argument("--fabric-manager", choices=MODES, default=defaults.mode, help=(
         "run the fabric manager stand-in: auto = for NVSwitch profiles (default: %(default)s)"))
@@ -133,7 +136,8 @@ class FabricManagerSimulator:
     async def stage(self, host: Host, state: State) -> None:
         """Make sure the fabric-state directory exists (or is gone when disabled)."""
         if self.enabled(state):
-            await trio.to_thread.run_sync(host.converge, OWNER, [Directory(layout.FABRIC_STATE_DIR)])
+            wanted = [Directory(layout.FABRIC_STATE_DIR)]
+            await trio.to_thread.run_sync(host.converge, OWNER, wanted)
         else:
             await trio.to_thread.run_sync(_discard_sync, host)
         self._staged = True
@@ -149,7 +153,9 @@ class FabricManagerSimulator:
         if not self._staged or state is None:
             return Readiness.not_ready("fabricmanager not staged yet")
         if not self.enabled(state):
-            why = "--fabric-manager off" if self.settings.mode == "off" else "profile has no NVSwitch"
+            why = "--fabric-manager off" if self.settings.mode == "off" else (
+                "profile has no NVSwitch"
+            )
             return Readiness.ok(f"fabric manager off ({why})")
         phase = self.phase.value
         if phase == READY:
@@ -166,7 +172,11 @@ class FabricManagerSimulator:
         self._state.value = state
 
     async def run(
-        self, host: Host, state: State, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        host: Host,
+        state: State,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Bring the marker up after the init delay and keep it there; see the module docstring."""
         self._state.value = state

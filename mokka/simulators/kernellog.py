@@ -71,7 +71,8 @@ class KernelLogSettings:
     def __attrs_post_init__(self) -> None:
         problems = []
         if self.style not in kmsg.STYLES:
-            problems.append(f"--kmsg-style: {self.style!r}, expected one of {', '.join(kmsg.STYLES)}")
+            styles = ", ".join(kmsg.STYLES)
+            problems.append(f"--kmsg-style: {self.style!r}, expected one of {styles}")
         if self.burst < 1:
             problems.append(f"kmsg burst: {self.burst}, expected at least 1 record")
         for what, value in (("kmsg interval", self.interval), ("kmsg retry", self.retry_interval)):
@@ -87,7 +88,8 @@ class KernelLogSettings:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("kernellog", "injected Xids on the node's kernel log")
-    group.add_argument("--kmsg-style", choices=kmsg.STYLES, default=KernelLogSettings().style, help=(
+    default = KernelLogSettings().style
+    group.add_argument("--kmsg-style", choices=kmsg.STYLES, default=default, help=(
         "journald doubles the NVRM: prefix so journald readers see it in MESSAGE; raw writes "
         "it once, as the driver does (default: %(default)s)"))
 
@@ -185,9 +187,13 @@ class KernelLogSimulator:
         self._state.value = state
 
     async def run(
-        self, host: Host, state: State, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        host: Host,
+        state: State,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Announce every Xid in the newest state that was not announced yet; see the module docstring."""
+        """Announce every Xid in the newest state not announced yet; see the module docstring."""
         self._state.value = state
         self._announced = await trio.to_thread.run_sync(_load, host)
         # Opened before ``started`` so readiness is settled when the supervisor
@@ -233,7 +239,7 @@ class KernelLogSimulator:
             self._announced, error = await trio.to_thread.run_sync(
                 _write_batch, host, fd, batch, self._announced
             )
-            done = sum(1 for line in batch if line.xid is not None and line.xid in self._announced.xids)
+            done = sum(1 for line in batch if line.xid in self._announced.xids)
             self.written.value += done
             if error is not None:
                 raise error

@@ -97,7 +97,8 @@ def xid_record(gpu: Gpu, code: int, style: str) -> bytes:
     """``NVRM: Xid (PCI:…): <code>, pid='<unknown>', name=<unknown>, <description>``."""
     description = DESCRIPTIONS.get(code, UNKNOWN_DESCRIPTION)
     return _record(
-        f"{_prefix(style)}Xid ({pci_tag(gpu)}): {code}, pid='<unknown>', name=<unknown>, {description}"
+        f"{_prefix(style)}Xid ({pci_tag(gpu)}): {code}, "
+        f"pid='<unknown>', name=<unknown>, {description}"
     )
 
 

@@ -28,7 +28,9 @@ from mokka.errors import SpecError
 #: 8-digit domain (``00000000:53:00.0``, what ``nvidia-smi`` prints) is
 #: accepted too, so a user can paste a bus id from a real node.
 BDF_RE = re.compile(r"^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
 GPU_UUID_RE = re.compile(r"^GPU-" + UUID_RE.pattern[1:])
 
 
@@ -88,7 +90,8 @@ def check_keys(p: Problems, path: str, mapping: Mapping[str, Any], allowed: Iter
     allowed = tuple(allowed)
     for key in mapping:
         if key not in allowed:
-            p.add(sub(path, str(key)), f"unknown key, expected one of: {', '.join(sorted(allowed))}")
+            expected = ", ".join(sorted(allowed))
+            p.add(sub(path, str(key)), f"unknown key, expected one of: {expected}")
 
 
 def as_mapping(p: Problems, path: str, value: Any) -> dict[str, Any] | None:
@@ -212,7 +215,11 @@ def _copy(value: Any) -> Any:
     return value
 
 
-class _Loader(yaml.SafeLoader):
+#: libyaml's parser when PyYAML was built with it (ten times faster), else pure Python.
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
     """``SafeLoader`` without YAML 1.1's base-60 numbers.
 
     Under YAML 1.1 an unquoted ``0000:53:00.0`` is the float 190980.0 and
@@ -224,7 +231,7 @@ class _Loader(yaml.SafeLoader):
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(_INT, re.compile(
     r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),

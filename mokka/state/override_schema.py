@@ -55,7 +55,8 @@ def _fabric_state(p: Problems, path: str, v: Any) -> object:
 
 
 def _uuid(p: Problems, path: str, v: Any) -> object:
-    return checks.as_match(p, path, v, checks.UUID_RE, "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    return checks.as_match(p, path, v, checks.UUID_RE,
+                           "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
 
 
 def _link_counts(p: Problems, path: str, v: Any) -> object:

@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 TOP_LEVEL_KEYS = ("version", "all", "devices")
 FILE_MODE = 0o644
+#: libyaml's emitter when available: ``mokka ctl`` rewrites the whole file per change.
+_Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 HEADER = (
     "# Runtime overrides of the mock GPUs, written by `mokka ctl` (edits are validated there).\n"
     "# A restart of the node agent resets this file.\n"
@@ -168,7 +170,9 @@ def locked(path: Path) -> Iterator[None]:
                 current = os.stat(lpath)
             except FileNotFoundError:
                 current = None
-            if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            same = current is not None and (current.st_dev, current.st_ino) == (
+                held.st_dev, held.st_ino)
+            if same:
                 break
         except BaseException:
             os.close(fd)
@@ -182,15 +186,15 @@ def locked(path: Path) -> Iterator[None]:
 
 def write_overrides(path: Path, overrides: Overrides) -> None:
     """Atomically replace ``path`` (temp file in the same directory, then rename); hold the lock."""
-    text = HEADER + yaml.safe_dump(overrides.to_mapping(), sort_keys=False,
-                                   default_flow_style=False)
+    text = HEADER + yaml.dump(overrides.to_mapping(), Dumper=_Dumper, sort_keys=False,
+                              default_flow_style=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-            f.flush()
             os.fchmod(f.fileno(), FILE_MODE)
-            os.fsync(f.fileno())
+            # No fsync: the rename alone makes the switch atomic for readers, and
+            # the file is runtime state that a restart resets anyway.
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -201,7 +205,7 @@ def write_overrides(path: Path, overrides: Overrides) -> None:
 def update_overrides(
     path: Path, change: Callable[[dict[str, Any]], dict[str, Any] | None]
 ) -> Overrides:
-    """Read-modify-write under the lock; ``change`` edits the document in place or returns a new one.
+    """Read-modify-write under the lock; ``change`` edits the document or returns a new one.
 
     The whole result is validated before anything is written (``SpecError``
     leaves the file as it was).  No update is lost to a concurrent writer.

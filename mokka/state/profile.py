@@ -156,7 +156,7 @@ class InfinibandSpec:
     port_state: str = "ACTIVE"
     phys_state: str = "LinkUp"
     hcas_per_gpu: int = 1
-    #: Explicit HCA count; ``None``: GPUs × ``hcas_per_gpu``.
+    #: Explicit HCA count; ``None``: GPUs times ``hcas_per_gpu``.
     hca_count: int | None = None
     #: Template of the node GUIDs; its first three bytes (the OUI) are kept.
     guid_prefix: str | None = None
@@ -193,12 +193,13 @@ class Profile:
         nvlink = _nvlink(p, top.get("nvlink"))
         roots = _roots(p, top.get("pcie_topology"), devices)
         infiniband = _infiniband(p, top.get("infiniband"))
-        if system is not None and system.num_devices is not None and devices:
-            if system.num_devices > len(devices):
-                p.add("system.num_devices", f"{system.num_devices} is more than the "
-                      f"{len(devices)} devices declared, expected at most {len(devices)}")
+        num = system.num_devices if system is not None else None
+        if num is not None and devices and num > len(devices):
+            p.add("system.num_devices", f"{num} is more than the {len(devices)} devices "
+                  f"declared, expected at most {len(devices)}")
         p.raise_if_any()
-        assert system is not None and version is not None
+        assert system is not None
+        assert version is not None
         return cls(
             name=name or source, version=version, system=system, devices=tuple(devices),
             nvlink=nvlink, roots=tuple(roots), infiniband=infiniband, document=top,
@@ -248,7 +249,8 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
         elif match:
             major, minor = int(match.group(1)), int(match.group(2))
         else:
-            p.add("system.cuda_version", f"{checks.found(cuda)} is not a CUDA version like \"13.0\"")
+            p.add("system.cuda_version",
+                  f"{checks.found(cuda)} is not a CUDA version like \"13.0\"")
     for key in ("cuda_version_major", "cuda_version_minor"):
         if sys_map.get(key) is None:
             continue
@@ -297,7 +299,8 @@ def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
     if top.get("device_defaults") is not None:
         defaults = checks.as_mapping(p, "device_defaults", top["device_defaults"]) or {}
         _device_fields(p, "device_defaults", defaults)
-    raw = checks.require(p, "", top, "devices", "a list of device entries with index and pci.bus_id")
+    raw = checks.require(p, "", top, "devices",
+                         "a list of device entries with index and pci.bus_id")
     entries = checks.as_list(p, "devices", raw) if raw is not None else None
     if entries is None:
         return []
@@ -331,7 +334,8 @@ def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
     for key, expected in _REQUIRED:
         paths = missing.get(key, [])
         if paths and len(paths) == len(entries):
-            p.add(sub("device_defaults", key), f"missing (and in every device), expected {expected}")
+            p.add(sub("device_defaults", key),
+                  f"missing (and in every device), expected {expected}")
         else:
             for path in paths:
                 p.add(sub(path, key), f"missing, expected {expected}")
@@ -406,9 +410,9 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
             if block_map.get(key) is not None:
                 checks.as_int(p, sub(path, f"{block}.{key}"), block_map[key], lo=0)
     platform = cfg.get("platform")
-    if platform is not None and (pf := checks.as_mapping(p, sub(path, "platform"), platform)):
-        if pf.get("module_id") is not None:
-            checks.as_int(p, sub(path, "platform.module_id"), pf["module_id"], lo=0)
+    pf = checks.as_mapping(p, sub(path, "platform"), platform) if platform is not None else None
+    if pf and pf.get("module_id") is not None:
+        checks.as_int(p, sub(path, "platform.module_id"), pf["module_id"], lo=0)
     if cfg.get("fabric") is not None:
         check_fabric(p, sub(path, "fabric"), cfg["fabric"], partial=True)
     if cfg.get("failure") is not None:

@@ -31,8 +31,8 @@ static void row_one(const struct gpu *g)
 
 static void row_two(const struct gpu *g)
 {
-    char fan[8] = "N/A", temp[8] = "N/A", perf[8] = "N/A", power[32], memory[32], util[8] = "N/A";
-    char draw[12] = "N/A", cap[12] = "N/A";
+    char fan[16] = "N/A", temp[16] = "N/A", perf[16] = "N/A", power[48], memory[48], util[16] = "N/A";
+    char draw[16] = "N/A", cap[16] = "N/A";
     if (g->r_fan == NVML_SUCCESS)
         snprintf(fan, sizeof fan, "%u%%", g->fan);
     if (g->r_temp == NVML_SUCCESS)
@@ -70,7 +70,7 @@ static void processes(const unsigned *indices, int count)
 {
     printf("%89s\n", "");
     printf(WIDE_RULE "\n");
-    printf("| Processes:%77s|\n", "");
+    printf("| Processes:%76s|\n", "");
     printf("|  GPU   GI   CI        PID   Type   Process name                            GPU Memory |\n");
     printf("|        ID   ID                                                             Usage      |\n");
     printf("|=======================================================================================|\n");

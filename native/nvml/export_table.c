@@ -17,12 +17,13 @@
 
 #include "mock.h"
 
-/* Size in bytes nvidia-smi 535 must see: its highest guarded offset is
- * 0x7a0, so the table needs that slot plus one. */
+/* Size in bytes nvidia-smi 535 must see: the highest slot it guards is at
+ * offset 0x798 (`size > 0x798`), so 0x7a0 bytes is the smallest table that
+ * prints no "Uninitialized".  Overridable at build time for that proof. */
 #ifndef MOCK_EXPORT_TABLE_BYTES
-#define MOCK_EXPORT_TABLE_BYTES 0x7a8
+#define MOCK_EXPORT_TABLE_BYTES 0x7a0
 #endif
-#define EXPORT_TABLE_SLOTS (MOCK_EXPORT_TABLE_BYTES / sizeof(void *) + 1)
+#define EXPORT_TABLE_SLOTS (MOCK_EXPORT_TABLE_BYTES / sizeof(void *))
 #define SLOT_TOPOLOGY_LEVEL 23
 
 /* The GUID nvidia-smi passes: 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4, in
@@ -60,6 +61,7 @@ static int topology_level(const char *bus_a, const char *bus_b, unsigned int *le
     return NVML_SUCCESS;
 }
 
+_Static_assert(EXPORT_TABLE_SLOTS > SLOT_TOPOLOGY_LEVEL, "export table too small for slot 23");
 static const void *g_table[EXPORT_TABLE_SLOTS];
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
 

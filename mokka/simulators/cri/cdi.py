@@ -88,6 +88,10 @@ class NodeExtras:
     imex_binaries: tuple[str, ...] = ()
     #: Whether ``HOOK_BINARY`` is installed, so the ldcache hook may be named.
     hook: bool = False
+    #: Whether gpudriver staged an ``nvidia-smi`` (it stages none when the
+    #: image has no real one and the fallback is not built, and reports
+    #: itself not ready); the library and devices are worth publishing anyway.
+    nvidia_smi: bool = True
     #: Whether the fabric manager's state directory exists.  It does on an
     #: NVSwitch system unless the fabric manager is switched off
     #: (``--fabric-manager off``); then no marker ever appears and a
@@ -120,18 +124,28 @@ def validate(state: State) -> None:
 
 
 def _dev_node(name: str) -> dict[str, str]:
+    """A device node entry: same name in the container, driver tree on the host.
+
+    Only ``path`` and ``hostPath``: runtimes stat the host node for type and
+    numbers (as they do for the toolkit's own specs), so a spec never
+    disagrees with the node it names.
+    """
     return {"path": f"/dev/{name}", "hostPath": f"{layout.DRIVER_DEV}/{name}"}
 
 
 def _mount(host_path: str, container_path: str) -> dict[str, Any]:
+    """A read-only bind mount: containers read the mock, only the daemon writes it."""
     return {"hostPath": host_path, "containerPath": container_path, "options": list(MOUNT_OPTIONS)}
 
 
 def _devices(state: State, *, with_uuids: bool) -> list[dict[str, Any]]:
     """Per GPU an index entry (and a UUID entry), then ``all`` with every GPU node."""
     devices: list[dict[str, Any]] = []
+    # Index order, whatever order the profile listed them in: the spec's
+    # text then only changes when the GPUs do, and converge skips rewrites.
     gpus = sorted(state.gpus, key=lambda g: g.index)
     for gpu in gpus:
+        # The device plugin names GPUs by UUID, people and tests by index.
         names = [str(gpu.index), gpu.uuid] if with_uuids else [str(gpu.index)]
         for name in names:
             edits = {"deviceNodes": [_dev_node(f"nvidia{gpu.minor}")]}
@@ -152,11 +166,12 @@ def build_specs(
     control = [_dev_node(name) for name in CONTROL_NODES]
     mounts = [
         _mount(f"{layout.DRIVER_LIB}/libnvidia-ml.so.1", f"{CONTAINER_LIB_DIR}/libnvidia-ml.so.1"),
-        _mount(f"{layout.DRIVER_BIN}/nvidia-smi", f"{CONTAINER_BIN_DIR}/nvidia-smi"),
-        # The directory, not config.yaml: the daemon replaces files in it by
-        # rename, and a bind-mounted *file* would keep showing the old inode.
-        _mount(layout.CONFIG_DIR, layout.CONFIG_DIR),
     ]
+    if extras.nvidia_smi:
+        mounts.append(_mount(f"{layout.DRIVER_BIN}/nvidia-smi", f"{CONTAINER_BIN_DIR}/nvidia-smi"))
+    # The directory, not config.yaml: the daemon replaces files in it by
+    # rename, and a bind-mounted *file* would keep showing the old inode.
+    mounts.append(_mount(layout.CONFIG_DIR, layout.CONFIG_DIR))
     if state.has_nvswitch and extras.fabric_state:
         # The readiness marker comes and goes while containers run; mounting
         # the directory keeps that visible inside them.
@@ -223,61 +238,97 @@ def references(specs: Mapping[str, Mapping[str, Any]]) -> list[Reference]:
                 refs.append(Reference("mount", mount["hostPath"], spec_path))
             for hook in edits.get("hooks", ()):
                 refs.append(Reference("hook", hook["path"], spec_path))
+    # The same node is named by its index entry, its UUID entry and ``all``:
+    # check (and report) it once.
     return list(dict.fromkeys(refs))
 
 
-def _problem(host: Host, ref: Reference) -> str | None:
+@attrs.frozen
+class Problem:
+    """A reference that does not resolve, and whether that is an error or a known degradation."""
+
+    message: str
+    #: A regular file where a device node belongs: gpudriver writes those
+    #: without CAP_MKNOD (a local run as a normal user) and reports itself
+    #: degraded.  Nothing is broken that an apply failure could fix.
+    placeholder: bool = False
+
+
+def _problem(host: Host, ref: Reference) -> Problem | None:
     """Why ``ref`` does not resolve on the node, or None when it does."""
     try:
         real = host.resolve(ref.path, follow_last=True)
         st = os.stat(real)
     except (OSError, HostPathError):
-        return f"{ref.spec}: {ref.kind} {ref.path} does not exist on the node"
+        return Problem(f"{ref.spec}: {ref.kind} {ref.path} does not exist on the node")
     if ref.kind == "device" and not stat.S_ISCHR(st.st_mode):
-        return (
+        return Problem(
             f"{ref.spec}: device {ref.path} is not a character device "
-            "(a placeholder written without CAP_MKNOD?)"
+            "(a placeholder written without CAP_MKNOD?)",
+            placeholder=stat.S_ISREG(st.st_mode),
         )
     if ref.kind == "hook" and not (stat.S_ISREG(st.st_mode) and st.st_mode & 0o111):
-        return f"{ref.spec}: hook {ref.path} is not an executable file"
+        return Problem(f"{ref.spec}: hook {ref.path} is not an executable file")
     return None
 
 
-def check(host: Host, specs: Mapping[str, Mapping[str, Any]]) -> None:
-    """Raise ``ApplyError`` naming every reference that does not resolve under the root."""
+def check(host: Host, specs: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Raise ``ApplyError`` naming every reference that does not resolve under the root.
+
+    When the only problems are placeholder device nodes, return why the
+    specs must not be published instead: the apply succeeds (the rest of
+    the node is still worth publishing on a machine without CAP_MKNOD) and
+    readiness carries the reason.
+    """
+    # Every problem at once, so one failed apply names everything to fix.
     problems = [p for ref in references(specs) if (p := _problem(host, ref)) is not None]
-    if problems:
+    if any(not p.placeholder for p in problems):
         raise ApplyError(
             "refusing to publish CDI specs that name missing files (containers asking for "
-            "them would fail to start): " + "; ".join(problems)
+            "them would fail to start): " + "; ".join(p.message for p in problems)
         )
+    if problems:
+        return "CDI specs not published: " + "; ".join(p.message for p in problems)
+    return None
 
 
 def probe_extras(host: Host) -> NodeExtras:
-    """What the node offers beyond the driver tree: IMEX, the ldcache hook, fabric state."""
+    """What the node offers besides devices and library: nvidia-smi, IMEX, hook, fabric state."""
     imex = tuple(name for name in IMEX_BINARIES if _is_file(host, f"{layout.DRIVER_BIN}/{name}"))
     try:
         fabric = host.resolve(layout.FABRIC_STATE_DIR, follow_last=True).is_dir()
     except HostPathError:
         fabric = False
-    return NodeExtras(imex_binaries=imex, hook=_is_file(host, HOOK_BINARY), fabric_state=fabric)
+    return NodeExtras(
+        imex_binaries=imex,
+        hook=_is_file(host, HOOK_BINARY),
+        fabric_state=fabric,
+        nvidia_smi=_is_file(host, f"{layout.DRIVER_BIN}/nvidia-smi"),
+    )
 
 
 def _is_file(host: Host, path: str) -> bool:
+    """Whether ``path`` resolves (links followed, inside the root) to a regular file."""
     try:
         return host.resolve(path, follow_last=True).is_file()
     except HostPathError:
         return False
 
 
-def publish(host: Host, state: State, *, nri: bool = True) -> ConvergeReport:
+def publish(host: Host, state: State, *, nri: bool = True) -> str | None:
     """Check and write the specs (blocking: run it in a worker thread).
 
+    Returns None when published, else why not (placeholder device nodes;
+    earlier specs are withdrawn then, they would name the same nodes).
     Converging the whole set also removes a spec no longer wanted (the NRI
     spec after ``--nri off``).
     """
     specs = build_specs(state, probe_extras(host), nri=nri)
-    check(host, specs)
+    unpublishable = check(host, specs)
+    if unpublishable is not None:
+        host.discard(OWNER)
+        logger.warning("%s", unpublishable)
+        return unpublishable
     report = host.converge(OWNER, _files(specs))
     if report.changed:
         logger.info(
@@ -285,10 +336,11 @@ def publish(host: Host, state: State, *, nri: bool = True) -> ConvergeReport:
             len(state.gpus),
             ", ".join(report.created + report.updated) or "unchanged",
         )
-    return report
+    return None
 
 
 def _files(specs: Mapping[str, Mapping[str, Any]]) -> Iterable[File]:
+    """One file per spec, world-readable: runtimes read them as whatever user they run as."""
     for path, doc in specs.items():
         yield File(path, render(doc), 0o644)
 

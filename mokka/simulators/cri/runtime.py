@@ -103,6 +103,7 @@ def merge_plugins(main: Mapping[str, Any], dropin: dict[str, Any]) -> dict[str, 
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` laid onto ``base`` table by table; values (arrays too) replace, never append."""
     merged = dict(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
@@ -113,6 +114,12 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
 
 
 def _has_runtime(doc: dict) -> bool:
+    """Whether ``nvidia-ctk`` wrote the ``nvidia`` runtime entry (a sanity check on its output).
+
+    Catches a toolkit that silently wrote nothing useful (wrong flags for its
+    version, a config version it did not expect) before containerd is
+    restarted onto it.
+    """
     plugins = doc.get("plugins", {})
     return any(
         RUNTIME_NAME in plugins.get(name, {}).get("containerd", {}).get("runtimes", {})
@@ -218,6 +225,12 @@ class RuntimeSetup:
         return Readiness.ok(f"containerd configured by {self.settings.dropin}")
 
     def _read_owned(self, host: Host, path: str) -> bytes | None:
+        """The drop-in's bytes if it is ours (per the manifest), else None.
+
+        A file of someone else's at our name is never taken for our last
+        write: it does not count as "unchanged", so the next configure
+        backs it up (converge) and writes ours.
+        """
         if path not in host.owned(OWNER):
             return None
         try:
@@ -284,11 +297,13 @@ class RuntimeSetup:
         ]
 
     def _host_exec(self, host: Host) -> list[str]:
+        """The ``host_exec`` prefix with ``{root}`` filled in."""
         return [part.replace("{root}", str(host.root)) for part in self.settings.host_exec]
 
     # ---- containerd -----------------------------------------------------
 
     def _restart(self, host: Host, why: str) -> None:
+        """Restart containerd (blocking until systemd says it is up), then check it."""
         if self.settings.restart_mode == "none":
             logger.warning(
                 "containerd restart pending (%s): --restart-mode none, restart containerd on "
@@ -327,6 +342,7 @@ class RuntimeSetup:
         logger.error("%s", self._down)
 
     def _run(self, host: Host, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """A host command through ``Host.run`` (tests inject a recording runner there)."""
         return host.run(list(argv), timeout=self.settings.command_timeout)
 
     # ---- revoke ---------------------------------------------------------
@@ -343,6 +359,7 @@ class RuntimeSetup:
         self._withdraw_stale(host)
 
     def _withdraw_stale(self, host: Host) -> None:
+        """Remove our drop-in if the manifest records one, and queue a restart."""
         if not host.owned(OWNER):
             return
         host.discard(OWNER)
@@ -367,6 +384,7 @@ class RuntimeSetup:
 
 
 def _parse(path: str, text: str) -> dict:
+    """The drop-in as TOML, or a ``CommandError`` naming it (never a half-parsed write)."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

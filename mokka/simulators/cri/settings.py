@@ -37,6 +37,10 @@ DEFAULT_SYSTEMCTL = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "system
 DEFAULT_HOST_EXEC = ("chroot", "{root}")
 
 
+# Validators: each raises ``SpecError`` naming the field, what it got and
+# what it expected, so a bad chart value fails the daemon's start with one line.
+
+
 def _check_restart_mode(instance: object, attribute: attrs.Attribute, value: str) -> None:
     if value not in RESTART_MODES:
         raise SpecError(
@@ -113,7 +117,11 @@ class CriSettings:
 
     @property
     def dropin(self) -> str:
-        """Host path of our containerd drop-in."""
+        """Host path of our containerd drop-in.
+
+        ``50-``: after distribution drop-ins (``00-``…), before an operator's
+        own overrides (``99-``), since containerd merges imports in order.
+        """
         return f"{self.containerd_config_dir.rstrip('/')}/50-mokka.toml"
 
     @classmethod
@@ -133,6 +141,7 @@ class CriSettings:
 
 
 def _split(flag: str, text: str) -> tuple[str, ...]:
+    """A command flag split the way a shell would, or a ``SpecError`` naming the flag."""
     try:
         return tuple(shlex.split(text))
     except ValueError as exc:
@@ -140,7 +149,14 @@ def _split(flag: str, text: str) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the cri flags, in their own argument group."""
+    """Add the cri flags, in their own argument group.
+
+    The chart renders ``--container-runtime``, ``--containerd-config-dir``,
+    ``--restart-mode``, ``--nri`` and ``--nri-socket`` from
+    ``nodeAgent.containerRuntime`` and ``nodeAgent.nri``; the command
+    prefixes exist for tests and unusual hosts.  on/off flags (not
+    ``--x``/``--no-x``) so a rendered value is always explicit.
+    """
     group = parser.add_argument_group("cri", "CDI specs and the containerd runtime setup")
     defaults = CriSettings()
     group.add_argument(

@@ -62,6 +62,13 @@ class CriSimulator:
         """
 
     async def apply(self, host: Host, state: State) -> None:
+        """Publish the specs and set up the runtime; raise only when the specs fail.
+
+        Runtime problems (containerd down, ``nvidia-ctk`` failing, a broken
+        image) make the simulator not ready without failing the Apply wave:
+        the specs alone serve CDI-aware runtimes, and the wave's other
+        appliers should not be cancelled for them.
+        """
         try:
             self._readiness = await trio.to_thread.run_sync(self._apply, host, state)
         except Exception as exc:
@@ -70,13 +77,16 @@ class CriSimulator:
 
     def _apply(self, host: Host, state: State) -> Readiness:
         runtime = self._runtime.install(host)
-        cdi.publish(host, state, nri=self.settings.nri)
+        unpublished = cdi.publish(host, state, nri=self.settings.nri)
         if runtime is None:
             runtime = self._runtime.configure(host)
+        if unpublished is not None:
+            return Readiness.not_ready(f"{unpublished}; {runtime.reason}")
         specs = f"CDI specs published for {len(state.gpus)} GPU(s)"
         return Readiness(runtime.ready, f"{specs}; {runtime.reason}")
 
     async def revoke(self, host: Host) -> None:
+        """Withdraw the specs, then the drop-in (with a queued containerd restart)."""
         self._readiness = Readiness.not_ready("revoked: CDI specs withdrawn")
         await trio.to_thread.run_sync(self._revoke, host)
 

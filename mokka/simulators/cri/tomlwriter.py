@@ -27,6 +27,11 @@ def dumps(doc: Mapping[str, Any]) -> str:
 
 
 def _table(lines: list[str], path: list[str], table: Mapping[str, Any]) -> None:
+    """Append ``table`` at ``path``: its own keys under its header, then each sub-table.
+
+    Keys must come before sub-table headers, or TOML would file them under
+    the last sub-table.
+    """
     scalars = [(k, v) for k, v in table.items() if not isinstance(v, Mapping)]
     tables = [(k, v) for k, v in table.items() if isinstance(v, Mapping)]
     # A header is needed for the table's own keys, and for an empty table
@@ -42,10 +47,12 @@ def _table(lines: list[str], path: list[str], table: Mapping[str, Any]) -> None:
 
 
 def _key(key: str) -> str:
+    """A bare key where TOML allows one, else a quoted one (``"io.containerd.grpc.v1.cri"``)."""
     return key if _BARE_KEY.match(key) else json.dumps(key)
 
 
 def _value(value: Any) -> str:
+    """One value in TOML's spelling; ``TypeError`` for anything TOML cannot say (``None``)."""
     # bool before int: True is an int in Python.
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -65,6 +65,9 @@ ARCHITECTURES = (
     "blackwell",
 )
 
+#: Other spellings of architectures that profiles use.
+ARCHITECTURE_ALIASES = {"ada_lovelace": "ada", "ada lovelace": "ada"}
+
 #: Fabric probe states the library understands (``auto`` follows the marker).
 FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "auto")
 
@@ -165,6 +168,7 @@ def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
     yield "name", gpu.name
     yield "brand", gpu.brand.lower()
     architecture = gpu.architecture.lower()
+    architecture = ARCHITECTURE_ALIASES.get(architecture, architecture)
     if architecture not in ARCHITECTURES:
         logger.warning(
             "engine config: gpu %d: architecture %r is unknown to NVML; reporting it as unknown",

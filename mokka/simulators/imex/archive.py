@@ -95,7 +95,9 @@ def read_verified(path: Path, expected_sha256: str, *, max_bytes: int) -> bytes:
     """The archive's bytes, after checking their sha256 against the pin."""
     size = path.stat().st_size
     if size > max_bytes:
-        raise ArchiveError(f"{path}: {size} bytes, expected at most {max_bytes} for an IMEX archive")
+        raise ArchiveError(
+            f"{path}: {size} bytes, expected at most {max_bytes} for an IMEX archive"
+        )
     data = path.read_bytes()
     verify(data, expected_sha256, str(path))
     return data
@@ -125,7 +127,9 @@ def download(url: str, expected_sha256: str, *, timeout: float, max_bytes: int) 
             while chunk := response.read(1 << 20):
                 buffer.write(chunk)
                 if buffer.tell() > max_bytes:
-                    raise ArchiveError(f"{url}: larger than {max_bytes} bytes, expected an IMEX archive")
+                    raise ArchiveError(
+                        f"{url}: larger than {max_bytes} bytes, expected an IMEX archive"
+                    )
     except (urllib.error.URLError, OSError, ValueError) as exc:
         if isinstance(exc, urllib.error.HTTPError):
             exc.close()  # it holds the response's socket

@@ -64,7 +64,9 @@ def read_base(host: Host) -> BaseText:
 
 def consumer_pattern(name: str) -> re.Pattern[str]:
     """The regex the DRA driver applies to find ``name``'s major (kept here for tests and docs)."""
-    return re.compile(r"(?s)Character devices:.*?([0-9]+) " + re.escape(name) + r"\n.*Block devices:")
+    return re.compile(
+        r"(?s)Character devices:.*?([0-9]+) " + re.escape(name) + r"\n.*Block devices:"
+    )
 
 
 def overlay(base: BaseText, *, channel_major: int, caps_major: int) -> str:
@@ -95,7 +97,7 @@ def overlay(base: BaseText, *, channel_major: int, caps_major: int) -> str:
         major, name = int(match.group(1)), match.group(2)
         if name in _OURS:
             continue  # replaced by ours below
-        for flag, wanted in (("--imex-channel-major", channel_major), ("--imex-caps-major", caps_major)):
+        for flag, wanted in _flags(channel_major, caps_major):
             if major == wanted:
                 problems.append(
                     f"{base.source}: line {number}: character major {major} is already taken "
@@ -116,9 +118,13 @@ def overlay(base: BaseText, *, channel_major: int, caps_major: int) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def _flags(channel_major: int, caps_major: int) -> tuple[tuple[str, int], ...]:
+    return (("--imex-channel-major", channel_major), ("--imex-caps-major", caps_major))
+
+
 def _check_majors(channel_major: int, caps_major: int) -> list[str]:
     problems = []
-    for flag, value in (("--imex-channel-major", channel_major), ("--imex-caps-major", caps_major)):
+    for flag, value in _flags(channel_major, caps_major):
         if not 1 <= value <= MAX_MAJOR:
             problems.append(f"{flag}: {value}, expected a character major in 1..{MAX_MAJOR}")
     if channel_major == caps_major:

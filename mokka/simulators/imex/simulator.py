@@ -159,7 +159,9 @@ class ImexSimulator:
         if not state.feature_gates.get(DOWNLOAD_GATE):
             return _BinaryPlan(None, f"{where} and the {DOWNLOAD_GATE} feature gate is off")
         if s.archive_url is None:
-            return _BinaryPlan(None, f"{where}; {DOWNLOAD_GATE} is on but --imex-archive-url is not set")
+            return _BinaryPlan(
+                None, f"{where}; {DOWNLOAD_GATE} is on but --imex-archive-url is not set"
+            )
         if s.archive_sha256 is None:
             return _BinaryPlan(None, f"{where}; download of {s.archive_url} refused: "
                                "no --imex-archive-sha256 pin")

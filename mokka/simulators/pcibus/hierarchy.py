@@ -224,7 +224,11 @@ def _switch_root(roots: dict[str, RootComplex], bdf: str) -> RootComplex:
 def _cpus(
     state: State, roots: dict[str, RootComplex], fallback_cpus: int
 ) -> tuple[dict[str, tuple[int, ...]], int]:
-    """Each root's CPU list, and the mask width shared by all of them."""
+    """Each root's CPU list, and the mask width shared by all of them.
+
+    The width is the highest CPU any root names, plus one (the kernel prints
+    every mask over all CPUs of the machine, so all masks are equally wide).
+    """
     per_root: dict[str, tuple[int, ...]] = {}
     for index, root in enumerate(state.pcie_roots):
         if root.cpulist is not None:
@@ -237,7 +241,7 @@ def _cpus(
     everything = tuple(range(fallback_cpus))
     for root_id in roots:
         per_root.setdefault(root_id, everything)
-    nbits = max([fallback_cpus, *(max(cpus) + 1 for cpus in per_root.values() if cpus)])
+    nbits = max((max(cpus) + 1 for cpus in per_root.values() if cpus), default=fallback_cpus)
     return per_root, nbits
 
 

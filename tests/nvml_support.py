@@ -1,0 +1,99 @@
+"""Shared pieces of the mock NVML tests: one native build per session, engine
+configs written with the real writer, and runners for the probe and nvidia-smi."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mokka import layout
+from mokka.simulators.gpudriver.engine_config import render_engine_config
+from mokka.state.model import State
+from tests.support import ROOT, real_nvidia_smi
+
+PROBE = Path(__file__).resolve().parent / "nvml_probe.py"
+
+
+def load_target(name: str):
+    """Import ``native/<name>/target.py`` the way ``native/build.py`` does."""
+    path = ROOT / "native" / name / "target.py"
+    spec = importlib.util.spec_from_file_location(f"test_native_{name.replace('-', '_')}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler: install gcc (./scripts/install-system-deps)")
+    return cc
+
+
+@pytest.fixture(scope="session")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The mock library and the fallback nvidia-smi, built once for the session."""
+    out = tmp_path_factory.mktemp("native")
+    load_target("nvml").build(out, compiler())
+    load_target("nvidia-smi").build(out, compiler())
+    return out
+
+
+@pytest.fixture(scope="session")
+def smi() -> Path:
+    return real_nvidia_smi()
+
+
+def node_path(root: Path, node_path: str) -> Path:
+    """A node path (``/var/lib/...``) under a test root."""
+    return root / node_path.lstrip("/")
+
+
+def write_config(root: Path, state: State) -> Path:
+    """Render ``state`` to the engine config's node path under ``root``."""
+    path = node_path(root, layout.ENGINE_CONFIG)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(render_engine_config(state))
+    os.replace(tmp, path)
+    return path
+
+
+def nvml_env(native_dir: Path, config: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(LD_LIBRARY_PATH=str(native_dir), MOCK_NVML_CONFIG=str(config))
+    # The host has no /dev/nvidia* (no filtering); tests that filter set their own.
+    env.update(extra)
+    return env
+
+
+def probe(native_dir: Path, config: Path, *args: str, **extra: str) -> dict[str, Any]:
+    """Run one probe command in a fresh interpreter; its JSON result."""
+    result = subprocess.run(
+        [sys.executable, str(PROBE), *args],
+        env=nvml_env(native_dir, config, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"probe {args} failed:\n{result.stderr}"
+    return json.loads(result.stdout)
+
+
+def run_smi(binary: Path, native_dir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(binary), *args],
+        env=nvml_env(native_dir, config),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
