@@ -19,6 +19,7 @@ from mokka.simulators.fabricmanager import marker_present
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``fabricmanager-ctl``; ``-q`` is required, like the real tool's query."""
     parser = subparsers.add_parser(
         "fabricmanager-ctl",
         help="query the fabric manager stand-in (READY / NOT READY)",
@@ -33,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The root as the daemon finds it: ``--root``, ``MOKKA_ROOT``, then ``./mokka-node``."""
     root = Path(args.root or os.environ.get("MOKKA_ROOT") or LOCAL_ROOT)
     if marker_present(Host(root)):
         print("READY")

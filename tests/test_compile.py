@@ -88,6 +88,17 @@ def test_profiles_without_fabric_block_are_not_affected() -> None:
     assert "fabric" not in state.gpus[0].fields
 
 
+def test_fabric_health_override_does_not_invent_a_fabric(tmp_path: Path) -> None:
+    overrides = write(tmp_path / "o.yaml", {"version": 1, "all": {"fabric": {"health": {
+        "summary": "unhealthy"}}}})
+    a100 = compile_profile("a100", node_name="n", overrides=overrides)
+    assert a100.gpus[0].fabric is None
+    assert not a100.has_nvswitch
+    h100 = compile_profile("h100", node_name="n", overrides=overrides)
+    assert h100.gpus[0].fabric.state == "auto"
+    assert h100.gpus[0].fields["fabric"]["health"] == {"summary": "unhealthy"}
+
+
 def test_grace_board_in_a_clique_is_fabric_attached() -> None:
     state = compile_profile("gb200", node_name="worker-1",
                             topology=PROFILES / "topology-wrapped.yaml")

@@ -21,6 +21,7 @@ from mokka.simulators import registry
 from mokka.simulators.base import Applier, Simulator
 from mokka.simulators.cri import PLUGIN, CriSettings, CriSimulator, cdi
 from tests.cri_support import (
+    DRIVER,
     DRIVER_OWNER,
     cdi_validator,
     fake_settings,
@@ -255,8 +256,10 @@ async def test_missing_device_node_is_never_published(host: Host, node_root: Pat
     stage_driver(host, h100_state(4))
     await simulator.apply(host, state)
     published = (node_root / "var/run/cdi/nvidia.yaml").read_bytes()
-    os.unlink(node_root / "var/lib/nvml-mock/driver/usr/bin/nvidia-smi")
-    with pytest.raises(ApplyError, match=r"mount /var/lib/nvml-mock/driver/usr/bin/nvidia-smi"):
+    # The library link dangles once its target is gone: a missing mount source.
+    os.unlink(node_root / f"var/lib/nvml-mock/driver/usr/lib64/libnvidia-ml.so.{DRIVER}")
+    dangling = r"mount /var/lib/nvml-mock/driver/usr/lib64/libnvidia-ml.so.1 does not exist"
+    with pytest.raises(ApplyError, match=dangling):
         await simulator.apply(host, h100_state(3))
     assert (node_root / "var/run/cdi/nvidia.yaml").read_bytes() == published
 
@@ -264,17 +267,45 @@ async def test_missing_device_node_is_never_published(host: Host, node_root: Pat
     assert snapshot(node_root) == before
 
 
-async def test_placeholder_device_is_refused(host: Host, node_root: Path) -> None:
-    """A regular file where a device node belongs (no CAP_MKNOD) is not a device."""
+async def test_placeholder_device_is_not_published(host: Host, node_root: Path) -> None:
+    """A regular file where a device node belongs (no CAP_MKNOD) is not a device.
+
+    gpudriver already reports that degradation; cri withdraws its specs and
+    says why, without failing the Apply wave for something no retry fixes.
+    """
     before = snapshot(node_root)
     state = h100_state(1)
     stage_driver(host, state)
-    host.converge("test-placeholder", [File(f"{DEV}/nvidia-uvm", b"placeholder\n")])
     simulator = sim()
-    with pytest.raises(ApplyError, match="nvidia-uvm is not a character device"):
-        await simulator.apply(host, state)
+    await simulator.apply(host, state)
+    assert (node_root / "var/run/cdi/nvidia.yaml").exists()
+    host.converge("test-placeholder", [File(f"{DEV}/nvidia-uvm", b"placeholder\n")])
+    await simulator.apply(host, state)
     assert not (node_root / "var/run/cdi").exists()
+    assert not simulator.readiness.ready
+    assert simulator.readiness.reason.startswith(
+        "CDI specs not published: /var/run/cdi/nvidia.yaml: device "
+        "/var/lib/nvml-mock/driver/dev/nvidia-uvm is not a character device"
+    )
     host.discard("test-placeholder")
+    await teardown(simulator, host)
+    assert snapshot(node_root) == before
+
+
+async def test_no_nvidia_smi_staged_means_no_nvidia_smi_mount(host: Host, node_root: Path) -> None:
+    """gpudriver stages none when neither the real one nor the fallback exists."""
+    before = snapshot(node_root)
+    state = h100_state(1)
+    stage_driver(host, state)
+    os.unlink(node_root / "var/lib/nvml-mock/driver/usr/bin/nvidia-smi")
+    simulator = sim()
+    await simulator.apply(host, state)
+    mounts = load_spec(node_root, "/var/run/cdi/nvidia.yaml")["containerEdits"]["mounts"]
+    assert [m["containerPath"] for m in mounts] == [
+        "/usr/lib64/libnvidia-ml.so.1",
+        "/var/lib/nvml-mock/driver/config",
+        "/var/lib/nvml-mock/fabric-state",
+    ]
     await teardown(simulator, host)
     assert snapshot(node_root) == before
 

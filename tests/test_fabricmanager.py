@@ -137,9 +137,11 @@ async def test_a_deleted_marker_is_reasserted_at_the_next_tick(
         assert trio.current_time() == 5.0
         cancelled_at = trio.current_time()
         nursery.cancel_scope.cancel()
-    # Removed on cancellation, with no time passing.
+    # Removed on cancellation, with no time passing; the staged directory stays
+    # (CDI specs mount it until they are revoked).
     assert trio.current_time() == cancelled_at
     assert not (node_root / MARKER).exists()
+    assert (node_root / STATE_DIR).is_dir()
     assert fm.phase.value == "stopped"
     assert not fm.readiness.ready
     await fm.discard(host)

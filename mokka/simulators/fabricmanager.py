@@ -80,10 +80,12 @@ class FabricManagerSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FabricManagerSettings:
+        """Build from the parsed daemon flags (see ``add_arguments``)."""
         return cls(mode=args.fabric_manager, init_delay=args.fabric_manager_init_delay)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the fabricmanager flags, in their own argument group."""
     group = parser.add_argument_group(
         "fabricmanager", "nv-fabricmanager stand-in (readiness marker)"
     )
@@ -127,6 +129,7 @@ class FabricManagerSimulator:
     _staged: bool = attrs.field(default=False, init=False)
 
     def enabled(self, state: State) -> bool:
+        """Whether ``state`` calls for a fabric manager (NVSwitch, unless forced)."""
         if self.settings.mode == "auto":
             return state.has_nvswitch
         return self.settings.mode == "on"
@@ -144,6 +147,7 @@ class FabricManagerSimulator:
         self._state.value = state
 
     async def discard(self, host: Host) -> None:
+        """Remove the directory and any marker, whichever process wrote them."""
         await trio.to_thread.run_sync(_discard_sync, host)
         self._staged = False
 
@@ -169,6 +173,7 @@ class FabricManagerSimulator:
     # ---- Daemon --------------------------------------------------------
 
     async def reload(self, state: State) -> None:
+        """Hand ``run`` the newest state; never blocks."""
         self._state.value = state
 
     async def run(
@@ -182,7 +187,7 @@ class FabricManagerSimulator:
         self._state.value = state
         started = False
         try:
-            await trio.to_thread.run_sync(_remove_stale_marker, host)
+            await trio.to_thread.run_sync(_remove_stale_marker, host, self._keep_dir())
             while True:
                 if not self.enabled(self._state.value):
                     # Disabled: no marker; wait until a state enables us again.
@@ -232,8 +237,13 @@ class FabricManagerSimulator:
     async def _take_down(self, host: Host, phase: str) -> None:
         if self.phase.value == READY:
             logger.info("fabric manager stopped: removing %s", layout.FABRIC_READY_MARKER)
-        await trio.to_thread.run_sync(host.discard, MARKER_OWNER)
+        await trio.to_thread.run_sync(_marker_down, host, self._keep_dir())
         self.phase.value = phase
+
+    def _keep_dir(self) -> bool:
+        """Whether the fabric-state directory must survive the marker (stage wants it)."""
+        state = self._state.value
+        return self._staged and state is not None and self.enabled(state)
 
 
 def _write_marker(host: Host) -> bool:
@@ -242,13 +252,28 @@ def _write_marker(host: Host) -> bool:
     return bool(report.created or report.updated)
 
 
-def _remove_stale_marker(host: Host) -> None:
+def _marker_down(host: Host, keep_dir: bool) -> None:
+    """Remove our marker.
+
+    The marker's converge shares the fabric-state directory with the stage
+    owner (``Host`` records a parent another owner created as shared, so the
+    last owner out removes it).  Discarding the marker owner whole would take
+    the directory with it while the stage still wants it (CDI specs mount
+    it), so then only the file goes.
+    """
+    if keep_dir:
+        host.converge(MARKER_OWNER, [Directory(layout.FABRIC_STATE_DIR)])
+    else:
+        host.discard(MARKER_OWNER)
+
+
+def _remove_stale_marker(host: Host, keep_dir: bool) -> None:
     """Remove a marker left by an earlier run: ours (manifest) or a dead fabric manager's.
 
     A marker that exists before the fabric manager has initialized would make
     consumers believe the fabric is ready too early, whoever wrote it.
     """
-    host.discard(MARKER_OWNER)
+    _marker_down(host, keep_dir)
     try:
         stale = host.resolve(layout.FABRIC_READY_MARKER)
     except HostPathError:
@@ -265,6 +290,7 @@ def _discard_sync(host: Host) -> None:
 
 
 def _build(args: argparse.Namespace) -> FabricManagerSimulator:
+    """The plugin's factory: one simulator per daemon, settings from its flags."""
     return FabricManagerSimulator(settings=FabricManagerSettings.from_args(args))
 
 

@@ -83,10 +83,17 @@ class KernelLogSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> KernelLogSettings:
+        """Build from the parsed daemon flags; the limits stay the kernel's defaults.
+
+        The burst and window are not flags: they mirror the kernel's fixed
+        ``/dev/kmsg`` limits, and a user who raised them would only get
+        records dropped silently.
+        """
         return cls(style=args.kmsg_style)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the kernellog flag, in its own argument group."""
     group = parser.add_argument_group("kernellog", "injected Xids on the node's kernel log")
     default = KernelLogSettings().style
     group.add_argument("--kmsg-style", choices=kmsg.STYLES, default=default, help=(
@@ -102,6 +109,7 @@ class _Announced:
     gpus: frozenset[str] = frozenset()
 
     def render(self) -> str:
+        """Sorted, so an unchanged set renders identically and converge rewrites nothing."""
         return json.dumps({"version": 1, "xids": sorted(self.xids), "gpus": sorted(self.gpus)},
                           indent=1) + "\n"
 
@@ -173,6 +181,11 @@ class KernelLogSimulator:
 
     @property
     def readiness(self) -> Readiness:
+        """Not ready while ``/dev/kmsg`` cannot be opened: Xids would go nowhere.
+
+        Records waiting for the rate limit do not make it unready: they are
+        queued, not lost, and the kernel would be just as slow.
+        """
         if not self._staged:
             return Readiness.not_ready("kernellog not staged yet")
         if self._kmsg_problem is not None:
@@ -184,6 +197,7 @@ class KernelLogSimulator:
     # ---- Daemon --------------------------------------------------------
 
     async def reload(self, state: State) -> None:
+        """Hand ``run`` the newest state; never blocks (an AsyncValue, not a queue)."""
         self._state.value = state
 
     async def run(
@@ -245,6 +259,7 @@ class KernelLogSimulator:
                 raise error
 
     def _lines(self, state: State) -> list[_Line]:
+        """The records still owed, in the state's Xid order, each GPU's header first."""
         lines: list[_Line] = []
         headed = set(self._announced.gpus)
         for xid in state.xids:
@@ -314,10 +329,13 @@ def _write_batch(
 
 
 def _persist(host: Host, announced: _Announced) -> None:
+    # Through converge: written atomically, recorded in the manifest, so
+    # discard (also from a fresh process) removes it.
     host.converge(OWNER, [File(ANNOUNCED, announced.render(), 0o644)])
 
 
 def _load(host: Host) -> _Announced:
+    """What an earlier process announced (nothing when the file is absent)."""
     path = host.resolve(ANNOUNCED, follow_last=True)
     try:
         text = path.read_text()
@@ -327,6 +345,7 @@ def _load(host: Host) -> _Announced:
 
 
 def _build(args: argparse.Namespace) -> KernelLogSimulator:
+    """The plugin's factory: one simulator per daemon, settings from its flags."""
     return KernelLogSimulator(settings=KernelLogSettings.from_args(args))
 
 

@@ -268,7 +268,9 @@ def _xid(gpu_index: int, label: str, entry: Mapping[str, Any]) -> Xid:
 
 
 def _fabric(block: Any) -> Fabric | None:
-    if not isinstance(block, Mapping):
+    # No state, no fabric identity: an override that only pins ``fabric.health``
+    # must not make a pre-Hopper GPU report fabric info (or start a fabric manager).
+    if not isinstance(block, Mapping) or block.get("state") is None:
         return None
     return Fabric(
         cluster_uuid=str(block.get("cluster_uuid") or ZERO_UUID).lower(),

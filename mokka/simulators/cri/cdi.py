@@ -330,12 +330,9 @@ def publish(host: Host, state: State, *, nri: bool = True) -> str | None:
         logger.warning("%s", unpublishable)
         return unpublishable
     report = host.converge(OWNER, _files(specs))
-    if report.changed:
-        logger.info(
-            "CDI specs for %d GPUs published (%s)",
-            len(state.gpus),
-            ", ".join(report.created + report.updated) or "unchanged",
-        )
+    written = [p for p in report.created + report.updated if p in specs]
+    if written:
+        logger.info("CDI specs for %d GPUs published: %s", len(state.gpus), ", ".join(written))
     return None
 
 

@@ -119,6 +119,7 @@ def overlay(base: BaseText, *, channel_major: int, caps_major: int) -> str:
 
 
 def _flags(channel_major: int, caps_major: int) -> tuple[tuple[str, int], ...]:
+    """Each major with the flag that sets it, so errors tell the user what to change."""
     return (("--imex-channel-major", channel_major), ("--imex-caps-major", caps_major))
 
 
@@ -136,6 +137,7 @@ def _check_majors(channel_major: int, caps_major: int) -> list[str]:
 
 
 def _find_header(lines: list[str], header: str, start: int, source: str) -> int:
+    """Index of the section header line; a file without it is not ``/proc/devices``."""
     for index in range(start, len(lines)):
         if lines[index].strip() == header:
             return index

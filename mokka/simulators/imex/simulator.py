@@ -91,6 +91,7 @@ class ImexSimulator:
     _logged_reason: str | None = attrs.field(default=None, init=False)
 
     def enabled(self, state: State) -> bool:
+        """Whether ``state`` calls for IMEX: fabric-attached profiles, unless forced."""
         if self.settings.mode == "auto":
             return state.fabric_attached
         return self.settings.mode == "on"
@@ -141,6 +142,12 @@ class ImexSimulator:
 
     @property
     def readiness(self) -> Readiness:
+        """Decided by the last stage: missing binaries are a reason, not unreadiness.
+
+        Consumers that only need channels (most DRA tests) work without
+        ``nvidia-imex``; placeholder device nodes (no CAP_MKNOD) do make the
+        node unready, since nothing can open them.
+        """
         return self._readiness
 
     # ---- blocking parts (worker threads) -------------------------------
@@ -180,6 +187,7 @@ class ImexSimulator:
         return _BinaryPlan(binaries, keep_cache=True, cache_write=(cache_path, data))
 
     def _from_file(self, path: Path, origin: str) -> ImexBinaries:
+        """Verify and unpack an archive file, or reuse the last result for the same file."""
         pin = self.settings.archive_sha256
         assert pin is not None
         st = path.stat()
@@ -220,6 +228,7 @@ class ImexSimulator:
 
 
 def _discard_sync(host: Host) -> None:
+    """Remove everything either owner recorded, in the order that empties directories."""
     # The cache file first: its directory belongs to OWNER.
     host.discard(CACHE_OWNER)
     host.discard(OWNER)
