@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import sys
 from collections.abc import Callable, Sequence
@@ -39,6 +40,12 @@ from mokka.state.override_schema import FABRIC_HEALTH, THROTTLE_REASONS, known_p
 from mokka.state.overrides import load_overrides, update_overrides
 
 Edit = Callable[[dict[str, Any]], None]
+_ENGINE_DEVICE_KEY = re.compile(r"^device\.(\d+)\.(index|uuid)$")
+DESCRIPTION = (
+    "Change the mock GPUs of a running node: every verb edits the node's overrides file "
+    "under a lock, validates the result and replaces the file atomically; the node agent "
+    "and the mock NVML library pick the change up at once."
+)
 GPU_HELP = "GPU index, 'all', or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
 
 
@@ -52,7 +59,7 @@ class CtlError(MokkaError):
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ctl", help="change the mock GPUs at runtime (failures, Xids, metrics)",
-        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
     )
     add_verbs(parser)
     parser.set_defaults(func=run)
@@ -109,7 +116,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``mokka ctl`` as a standalone entry point (tests, scripts)."""
-    parser = argparse.ArgumentParser(prog="mokka ctl", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="mokka ctl", description=DESCRIPTION)
     add_verbs(parser)
     return run(parser.parse_args(argv))
 
@@ -167,14 +174,24 @@ def parse_target(text: str, path: Path) -> str:
 
 
 def _engine_gpus(config: Path) -> dict[str, int] | None:
-    """UUID → index from the engine config, or ``None`` when it cannot tell."""
+    """UUID → index from the engine config, or ``None`` when it cannot tell.
+
+    The engine config is flat (``device.<position>.uuid: "GPU-…"``, see
+    ``docs/engine-config.md``); a nested ``devices: [{index, uuid}]`` list is
+    read too.
+    """
     try:
         doc = yaml.safe_load(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
-    entries = None
-    if isinstance(doc, dict):
-        entries = doc.get("devices", doc.get("gpus"))
+    if not isinstance(doc, dict):
+        return None
+    flat: dict[str, dict[str, Any]] = {}
+    for key, value in doc.items():
+        match = _ENGINE_DEVICE_KEY.match(str(key))
+        if match:
+            flat.setdefault(match.group(1), {})[match.group(2)] = value
+    entries = list(flat.values()) if flat else doc.get("devices")
     if not isinstance(entries, list):
         return None
     found: dict[str, int] = {}

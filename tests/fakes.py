@@ -13,7 +13,6 @@ the third with Y; an empty list means success from then on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -232,11 +231,3 @@ class MemorySource:
         update = SourceUpdate(state=state, error=error, at=trio.current_time())
         self._out.value = update
         return update
-
-
-def names_by_method(log: list[Call]) -> Mapping[str, list[str]]:
-    """``method -> [simulator, ...]`` in call order."""
-    result: dict[str, list[str]] = {}
-    for name, method, _generation, _time in log:
-        result.setdefault(method, []).append(name)
-    return result

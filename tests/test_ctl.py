@@ -14,6 +14,7 @@ import yaml
 
 from mokka import cli, ctl
 from mokka.layout import CONFIG_DIR, OVERRIDES
+from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile
 from mokka.state.overrides import load_overrides
 from tests.support import ROOT
@@ -134,19 +135,28 @@ def test_rejects_bad_targets(file: Path, target: str, capsys) -> None:
 
 
 def test_targets_checked_against_the_engine_config(file: Path, capsys) -> None:
-    uuids = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000001"]
-    (file.parent / "config.yaml").write_text(yaml.safe_dump(
-        {"devices": [{"index": i, "uuid": u} for i, u in enumerate(uuids)]}))
-    assert run(file, "temp", "--gpu", uuids[1].upper(), "--celsius", "50") == 0
-    assert doc(file)["devices"] == {uuids[1]: {"thermal": {"temperature_gpu_c": 50}}}
+    state = compile_profile("l40s", node_name="n")  # one GPU: index 0
+    (file.parent / "config.yaml").write_text(render_engine_config(state))
+    uuid = state.gpus[0].uuid
+    assert run(file, "temp", "--gpu", uuid.upper(), "--celsius", "50") == 0
+    assert doc(file)["devices"] == {uuid: {"thermal": {"temperature_gpu_c": 50}}}
+    assert run(file, "temp", "--gpu", "0", "--celsius", "51") == 0
     assert run(file, "temp", "--gpu", "GPU-cccccccc-0000-0000-0000-000000000000",
                "--celsius", "50") == 2
     assert run(file, "temp", "--gpu", "5", "--celsius", "50") == 2
     assert capsys.readouterr().err.splitlines() == [
         "mokka ctl: error: --gpu: no GPU with UUID GPU-cccccccc-0000-0000-0000-000000000000 "
         "on this node",
-        "mokka ctl: error: --gpu: no GPU with index 5 on this node (indices: 0, 1)",
+        "mokka ctl: error: --gpu: no GPU with index 5 on this node (indices: 0)",
     ]
+
+
+def test_nested_device_list_is_read_too(file: Path) -> None:
+    uuids = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000001"]
+    (file.parent / "config.yaml").write_text(yaml.safe_dump(
+        {"devices": [{"index": i, "uuid": u} for i, u in enumerate(uuids)]}))
+    assert run(file, "temp", "--gpu", uuids[1], "--celsius", "50") == 0
+    assert run(file, "temp", "--gpu", "2", "--celsius", "50") == 2
 
 
 def test_any_uuid_is_a_key_without_an_engine_config(file: Path) -> None:

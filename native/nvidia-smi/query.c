@@ -245,7 +245,8 @@ int smi_query_gpu(const char *fields, const char *format, const char *ids)
             char text[256];
             const struct field *f = selected[i];
             if (!value(f, &g, count, text, sizeof text))
-                printf("%s[N/A]", i ? ", " : "");
+                /* nvidia-smi brackets N/A, except for the memory temperature. */
+                printf("%s%s", i ? ", " : "", f->id == F_MEM_TEMP ? "N/A" : "[N/A]");
             else if (f->unit != NULL && !nounits)
                 printf("%s%s %s", i ? ", " : "", text, f->unit);
             else

@@ -87,12 +87,18 @@ static int locate_config(char *path, size_t size)
         mock_debug("cannot tell where the library was loaded from; set MOCK_NVML_CONFIG");
         return 0;
     }
-    char root[PATH_MAX];
-    if (strlen(info.dli_fname) >= sizeof root)
+    char dir[PATH_MAX], root[PATH_MAX];
+    if (strlen(info.dli_fname) >= sizeof dir)
         return 0;
-    strcpy(root, info.dli_fname);
-    /* Strip the file name, then usr/lib64 (two directories). */
-    for (int i = 0; i < 3; i++) {
+    strcpy(dir, info.dli_fname);
+    *strrchr(dir, '/') = '\0';
+    /* The loader may report <root>/usr/bin/../lib64/... (nvidia-smi's RPATH
+     * is $ORIGIN/../lib64): resolve the directory, not the file, so a
+     * libnvidia-ml.so.1 -> .so.<version> link does not move us. */
+    if (realpath(dir[0] ? dir : "/", root) == NULL)
+        strcpy(root, dir);
+    /* Strip usr/lib64 (two directories). */
+    for (int i = 0; i < 2; i++) {
         char *slash = strrchr(root, '/');
         if (slash == NULL) {
             root[0] = '\0';

@@ -98,6 +98,28 @@ MOCK_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1M
     return r;
 }
 
+MOCK_API nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device,
+                                                                   nvmlMemory_t *memory)
+{
+    if (memory == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    /* Confidential computing is off on simulated GPUs: no protected region,
+     * which is what a real board with CC off reports (0 MiB, not N/A). */
+    if (mock_dev_get(c.cfg, c.pos, "memory.total_bytes") == NULL) {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        memory->total = 0;
+        memory->used = 0;
+        memory->free = 0;
+    }
+    mock_end(&c);
+    return r;
+}
+
 /* --------------------------------------------------------------------- ECC */
 
 static nvmlReturn_t ecc_modes(nvmlDevice_t device, const char *first, const char *second,

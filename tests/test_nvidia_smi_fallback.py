@@ -1,0 +1,143 @@
+"""The fallback nvidia-smi: same wording and layout as the real 535 for what it supports.
+
+Both binaries run against the same mock library and engine config and their
+outputs are compared line by line (timestamps and the tool's own version
+aside).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mokka import layout
+from mokka.state.compile import compile_profile
+from tests.nvml_support import native, node_path, run_smi, smi, write_config  # noqa: F401
+from tests.support import require_tool
+
+FIELDS = (
+    "index,name,uuid,serial,pci.bus_id,pci.domain,pci.bus,pci.device,pci.device_id,"
+    "pci.sub_device_id,driver_version,count,vbios_version,inforom.img,persistence_mode,"
+    "display_mode,display_active,pstate,memory.total,memory.reserved,memory.used,memory.free,"
+    "compute_mode,compute_cap,utilization.gpu,utilization.memory,ecc.mode.current,"
+    "ecc.mode.pending,temperature.gpu,temperature.memory,power.draw,power.limit,"
+    "power.default_limit,power.min_limit,power.max_limit,clocks.gr,clocks.sm,clocks.mem,"
+    "clocks.video,clocks.max.gr,clocks.max.sm,clocks.max.mem,mig.mode.current,"
+    "mig.mode.pending,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
+    "pcie.link.width.max,fan.speed,gpu_name,gpu_uuid,gpu_bus_id"
+)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, compile_profile("h100", node_name="worker-1"))
+
+
+def both(native: Path, smi: Path, config: Path, *args: str):
+    return run_smi(smi, native, config, *args), run_smi(native / "nvidia-smi", native, config, *args)
+
+
+def test_list_gpus_is_identical(native: Path, smi: Path, config: Path):
+    real, ours = both(native, smi, config, "-L")
+    assert ours.returncode == real.returncode == 0
+    assert ours.stdout == real.stdout
+    assert len(ours.stdout.splitlines()) == 8
+
+
+@pytest.mark.parametrize("profile", ["h100", "gb200", "t4"])
+@pytest.mark.parametrize("fmt", ["csv", "csv,noheader", "csv,nounits", "csv,noheader,nounits"])
+def test_query_gpu_is_identical(native: Path, smi: Path, tmp_path: Path, profile: str, fmt: str):
+    config = write_config(tmp_path, compile_profile(profile, node_name="worker-1"))
+    real, ours = both(native, smi, config, f"--query-gpu={FIELDS}", f"--format={fmt}")
+    assert ours.returncode == real.returncode == 0
+    assert ours.stdout == real.stdout
+    assert "[N/A]" in ours.stdout  # fan.speed: data center boards have none
+
+
+def test_query_gpu_selects_with_id(native: Path, smi: Path, config: Path):
+    real, ours = both(native, smi, config, "--query-gpu=index,uuid", "--format=csv", "-i", "0,3")
+    assert ours.stdout == real.stdout
+    assert [line.split(",")[0] for line in ours.stdout.splitlines()[1:]] == ["0", "3"]
+
+
+def test_summary_table_has_the_real_layout(native: Path, smi: Path, config: Path):
+    real, ours = both(native, smi, config)
+    assert ours.returncode == real.returncode == 0
+    real_lines, our_lines = real.stdout.splitlines(), ours.stdout.splitlines()
+    assert len(our_lines) == len(real_lines)
+    for number, (a, b) in enumerate(zip(real_lines, our_lines, strict=True)):
+        assert len(a) == len(b), (number, a, b)
+        if number in (0, 2):
+            continue  # the timestamp, and the tool's own version in the header
+        assert a == b, number
+    assert "Driver Version: 580.105.08" in our_lines[2]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--bogus",), ("--query-gpu=name",), ("--query-gpu=bogus", "--format=csv"), ("-L", "-i", "0")],
+)
+def test_errors_match_the_real_tool(native: Path, smi: Path, config: Path, args: tuple[str, ...]):
+    real, ours = both(native, smi, config, *args)
+    assert real.returncode != 0
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout)
+
+
+def test_long_report_basic_sections(native: Path, smi: Path, config: Path):
+    real, ours = both(native, smi, config, "-q")
+    assert ours.returncode == 0
+    real_lines = set(real.stdout.splitlines())
+    # Every line the fallback prints, except the timestamp, is a line of the real report.
+    ours_lines = [line for line in ours.stdout.splitlines() if not line.startswith("Timestamp")]
+    extra = [line for line in ours_lines if line and line not in real_lines]
+    assert extra == []
+    for section in ("FB Memory Usage", "GPU Power Readings", "Max Clocks", "Fabric", "PCI"):
+        assert f"    {section}" in ours_lines
+
+
+def test_version(native: Path, config: Path):
+    result = run_smi(native / "nvidia-smi", native, config, "--version")
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == [
+        "NVIDIA-SMI version  : 580.105.08",
+        "NVML version        : 580.105.08",
+        "DRIVER version      : 580.105.08",
+        "CUDA Version        : 13.0",
+    ]
+
+
+def test_runs_from_the_driver_root_without_environment(native: Path, tmp_path: Path):
+    """RPATH $ORIGIN/../lib64 finds the library; the library finds its config."""
+    readelf = require_tool("readelf")
+    dynamic = subprocess.run(
+        [readelf, "-d", str(native / "nvidia-smi")], capture_output=True, text=True, check=True
+    ).stdout
+    assert "[$ORIGIN/../lib64]" in dynamic
+    state = compile_profile("t4", node_name="worker-1")
+    write_config(tmp_path, state)
+    root = node_path(tmp_path, layout.DRIVER_ROOT)
+    (root / "usr" / "lib64").mkdir(parents=True)
+    (root / "usr" / "bin").mkdir(parents=True)
+    shutil.copy2(native / "libnvidia-ml.so.1", root / "usr" / "lib64")
+    shutil.copy2(native / "nvidia-smi", root / "usr" / "bin")
+    env = {k: v for k, v in os.environ.items() if k not in ("MOCK_NVML_CONFIG", "LD_LIBRARY_PATH")}
+    result = subprocess.run(
+        [str(root / "usr" / "bin" / "nvidia-smi"), "-L"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout == f"GPU 0: Tesla T4 (UUID: {state.gpus[0].uuid})\n", result.stderr
+
+
+def test_missing_config_says_the_driver_is_missing(native: Path, smi: Path, tmp_path: Path):
+    real, ours = both(native, smi, tmp_path / "absent.yaml", "-L")
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout) == (
+        9,
+        real.stdout,
+    )
