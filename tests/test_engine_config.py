@@ -1,0 +1,142 @@
+"""The engine config writer: a flat YAML subset the C library parses without a YAML library."""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+import pytest
+import yaml
+
+from mokka import layout
+from mokka.errors import SpecError
+from mokka.simulators.gpudriver.engine_config import (
+    FORMAT_VERSION,
+    fabric_marker_relative_path,
+    nvml_bus_id,
+    render_engine_config,
+)
+from mokka.state.compile import compile_profile
+from mokka.state.model import Failure, Xid
+
+LINE = re.compile(r'^[A-Za-z0-9_.-]+: (-?\d+|-?\d+\.\d+(e[+-]\d+)?|true|false|"([^"\\]|\\.)*")$')
+
+
+def h100():
+    return compile_profile("h100", node_name="worker-1")
+
+
+@pytest.mark.parametrize("profile", ["h100", "a100", "b200", "gb200", "gb300", "l40s", "t4"])
+def test_every_line_is_one_flat_key_and_a_simple_value(profile: str):
+    text = render_engine_config(compile_profile(profile, node_name="worker-1"))
+    keys = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        assert LINE.match(line), line
+        keys.append(line.split(": ", 1)[0])
+    assert len(keys) == len(set(keys)), "duplicate keys"
+    # Valid YAML too: a flat mapping with the same keys.
+    loaded = yaml.safe_load(text)
+    assert list(loaded) == keys
+    assert loaded["format"] == FORMAT_VERSION
+
+
+def test_typed_values_resolved_for_the_library():
+    state = h100()
+    loaded = yaml.safe_load(render_engine_config(state))
+    gpu = state.gpus[0]
+    assert loaded["device_count"] == 8
+    assert loaded["system.driver_version"] == state.system.driver_version
+    assert loaded["system.cuda_driver_version"] == state.system.cuda_driver_version
+    assert loaded["device.0.uuid"] == gpu.uuid
+    assert loaded["device.0.pci.bus_id"] == "00000000:53:00.0"
+    assert loaded["device.0.pci.bus_id_legacy"] == "0000:53:00.0"
+    assert loaded["device.0.pci.device_id"] == 0x2330  # typed, not the profile's packed 0x233010DE
+    assert loaded["device.0.board_id"] == 0x5300
+    assert loaded["device.0.cpu_affinity"] == "0-55,112-167"
+    assert loaded["device.0.numa_node"] == 0
+    assert loaded["device.0.fabric.state"] == "auto"
+    assert loaded["device.0.failure.mode"] == "healthy"
+    assert loaded["device.0.addressing_mode"] == "hmm"
+    # Generic profile fields, flattened; lists get .count and .<i>.
+    assert loaded["device.0.clocks.sm_max"] == 1980
+    assert loaded["device.0.supported_clocks.memory_clocks.count"] == 1
+    assert loaded["device.0.supported_clocks.memory_clocks.0.graphics_clocks.0"] == 1980
+    assert loaded["device.0.processes.count"] == 0
+    # NVLink: 18 links per GPU, round-robin over the four NVSwitches.
+    assert loaded["device.0.nvlink.link_count"] == 18
+    assert loaded["device.0.nvlink.link.0.remote_type"] == "switch"
+    assert loaded["device.0.nvlink.link.5.remote_bus_id"] == "00000000:06:00.0"
+    assert loaded["nvlink.switch_count"] == 4
+
+
+def test_paths_are_relative_to_the_config_directory():
+    assert fabric_marker_relative_path() == "../../fabric-state/fabricmanager.ready"
+    loaded = yaml.safe_load(render_engine_config(h100()))
+    config_dir = layout.ENGINE_CONFIG.rsplit("/", 1)[0]
+    resolved = f"{config_dir}/{loaded['paths.fabric_ready_marker']}"
+    assert resolved.replace("driver/config/../../", "") == layout.FABRIC_READY_MARKER
+
+
+def test_xids_and_failures_are_carried_by_position():
+    state = h100()
+    gpus = tuple(
+        attrs.evolve(g, failure=Failure(mode="lost", after_calls=2, probability=0.5, seed=3))
+        if g.index == 4
+        else g
+        for g in state.gpus
+    )
+    state = attrs.evolve(
+        state,
+        gpus=gpus,
+        xids=(Xid(id="a", gpu_index=4, code=79), Xid(id="b", gpu_index=99, code=13)),
+    )
+    loaded = yaml.safe_load(render_engine_config(state))
+    assert loaded["xid_count"] == 1  # the Xid for a GPU that is not staged is dropped
+    assert (loaded["xid.0.id"], loaded["xid.0.gpu"], loaded["xid.0.code"]) == ("a", 4, 79)
+    assert loaded["device.4.failure.mode"] == "lost"
+    assert loaded["device.4.failure.after_calls"] == 2
+    assert loaded["device.4.failure.probability"] == 0.5
+    assert loaded["device.4.failure.seed"] == 3
+
+
+def test_strings_are_escaped_and_floats_stay_floats():
+    state = h100()
+    gpus = (
+        attrs.evolve(
+            state.gpus[0],
+            name='Quote " and \\ backslash',
+            fields={**state.gpus[0].fields, "ratio": 1e-05, "bad key": 1},
+        ),
+        *state.gpus[1:],
+    )
+    text = render_engine_config(attrs.evolve(state, gpus=gpus))
+    loaded = yaml.safe_load(text)
+    assert loaded["device.0.name"] == 'Quote " and \\ backslash'
+    assert loaded["device.0.ratio"] == 1e-05
+    assert not any(key.startswith("device.0.bad") for key in loaded)
+
+
+def test_deterministic_and_pure():
+    assert render_engine_config(h100()) == render_engine_config(h100())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "two\nlines"}, r"device\.0\.name: .*without newlines"),
+        ({"failure": Failure(mode="melted")}, r"gpu 0: failure\.mode: got 'melted'"),
+    ],
+)
+def test_unrepresentable_values_are_refused_naming_the_field(change, message):
+    state = h100()
+    gpus = (attrs.evolve(state.gpus[0], **change), *state.gpus[1:])
+    with pytest.raises(SpecError, match=message):
+        render_engine_config(attrs.evolve(state, gpus=gpus))
+
+
+def test_nvml_bus_id_spellings():
+    assert nvml_bus_id("0000:05:00.0") == "00000000:05:00.0"
+    assert nvml_bus_id("0008:a1:00.0") == "00000008:A1:00.0"
+    assert nvml_bus_id("b9:00.0") == "00000000:B9:00.0"
