@@ -65,13 +65,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def add_verbs(parser: argparse.ArgumentParser) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    where = common.add_mutually_exclusive_group()
-    where.add_argument("--root", metavar="DIR", help=(
+def _add_location(parser: argparse.ArgumentParser, default: object) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--root", metavar="DIR", default=default, help=(
         "node root (env MOKKA_ROOT; default ./mokka-node); the file is "
         f"<root>{layout.OVERRIDES}"))
-    where.add_argument("--file", metavar="PATH", help="the overrides file itself")
+    where.add_argument("--file", metavar="PATH", default=default, help="the overrides file itself")
+
+
+def add_verbs(parser: argparse.ArgumentParser) -> None:
+    # ``--root``/``--file`` are accepted before the verb (``mokka ctl --root D fail``)
+    # and after it (``mokka ctl fail --root D``).  The verb-level copies
+    # default to SUPPRESS so that, when absent, they do not overwrite a value
+    # given before the verb.
+    _add_location(parser, None)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_location(common, argparse.SUPPRESS)
     target = argparse.ArgumentParser(add_help=False, parents=[common])
     target.add_argument("--gpu", required=True, metavar="T", help=GPU_HELP)
     optional_target = argparse.ArgumentParser(add_help=False, parents=[common])

@@ -705,6 +705,13 @@ class _Work:
             self.manifest.note("remove", norm)
             return
         if kind == "dir":
+            if os.path.ismount(real):
+                # A bind mount we published (the driver tree at /run/nvidia/driver)
+                # outliving a killed process: detach it, or rmdir fails with EBUSY.
+                # Lazy, because a consumer may still hold files open in it.
+                result = self.host.run(["umount", "--lazy", str(real)])
+                if result.returncode != 0:
+                    logger.warning("could not unmount %s: %s", norm, result.stderr.strip())
             try:
                 os.rmdir(real)
             except FileNotFoundError:

@@ -43,3 +43,10 @@ CDI_DIR = "/var/run/cdi"
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 #: The node's kernel log (kernellog).
 KMSG = "/dev/kmsg"
+
+#: Character major of ``nvidia-caps``: the MIG capability nodes under
+#: ``/dev/nvidia-caps`` (gpudriver) and the name the ``/proc/devices``
+#: overlay announces (imex) must agree, so both take it from the one
+#: ``--nvidia-caps-major`` flag, whose default this is.  Dynamic on real
+#: hosts; 236 is the value SURFACES records.
+NVIDIA_CAPS_MAJOR = 236

@@ -89,7 +89,9 @@ def probe(native_dir: Path, config: Path, *args: str, **extra: str) -> dict[str,
     return json.loads(result.stdout)
 
 
-def run_smi(binary: Path, native_dir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+def run_smi(
+    binary: Path, native_dir: Path, config: Path, *args: str
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(binary), *args],
         env=nvml_env(native_dir, config),

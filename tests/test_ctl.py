@@ -207,6 +207,18 @@ def test_through_the_cli_with_a_node_root(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "empty").exists()
 
 
+def test_location_may_stand_before_the_verb(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    (root / CONFIG_DIR.lstrip("/")).mkdir(parents=True)
+    assert cli.main(["ctl", "--root", str(root), "fail", "--gpu", "1", "--mode", "lost"]) == 0
+    assert doc(root / OVERRIDES.lstrip("/"))["devices"]["1"]["failure"] == {"mode": "lost"}
+    # given after the verb as well, the later one wins (argparse order)
+    other = tmp_path / "other.yaml"
+    assert cli.main(["ctl", "--root", str(root), "xid", "--file", str(other),
+                     "--gpu", "0", "--code", "79"]) == 0
+    assert other.exists()
+
+
 WRITER = """
 import sys
 from mokka import ctl

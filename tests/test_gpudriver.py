@@ -69,8 +69,8 @@ async def test_stage_on_empty_root_gives_exactly_the_documented_tree(
     assert tree[f"{drv}/dev/nvidia-modeset"] == ("dev", 0o666, 195, 254)
     assert tree[f"{drv}/dev/nvidia-uvm"] == ("dev", 0o666, 510, 0)
     assert tree[f"{drv}/dev/nvidia-uvm-tools"] == ("dev", 0o666, 510, 1)
-    assert tree[f"{drv}/dev/nvidia-caps/nvidia-cap1"] == ("dev", 0o400, 237, 1)
-    assert tree[f"{drv}/dev/nvidia-caps/nvidia-cap2"] == ("dev", 0o444, 237, 2)
+    assert tree[f"{drv}/dev/nvidia-caps/nvidia-cap1"] == ("dev", 0o400, 236, 1)
+    assert tree[f"{drv}/dev/nvidia-caps/nvidia-cap2"] == ("dev", 0o444, 236, 2)
 
     lib = f"{drv}/usr/lib64"
     assert tree[f"{lib}/libnvidia-ml.so.{DRIVER}"] == ("file", 0o755, LIB_BYTES)
@@ -332,7 +332,7 @@ def test_plugin_is_registered_and_builds_from_flags(tmp_path: Path) -> None:
     defaults = PLUGIN.build(parser.parse_args([])).settings
     assert defaults == GpuDriverSettings()
     assert defaults.nvidia_smi_binary == Path("/usr/local/lib/mokka/nvidia-smi")
-    assert (defaults.uvm_major, defaults.caps_major, defaults.publish) == (510, 237, "auto")
+    assert (defaults.uvm_major, defaults.caps_major, defaults.publish) == (510, 236, "auto")
 
 
 def test_invalid_settings_name_the_field_and_what_was_expected() -> None:

@@ -22,6 +22,7 @@ import trio
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.host import Host
+from mokka.simulators.gpudriver import PLUGIN as GPUDRIVER_PLUGIN
 from mokka.simulators import registry
 from mokka.simulators.base import Simulator
 from mokka.simulators.imex import PLUGIN, ImexSettings, ImexSimulator, procdevices
@@ -241,13 +242,13 @@ def test_the_overlay_replaces_an_old_major() -> None:
     [
         ("Character devices:\n236 foo bar\n\nBlock devices:\n", (235, 236),
          "/proc/devices: line 2: character major 236 is already taken by 'foo bar', "
-         "expected --imex-caps-major to name a free major"),
+         "expected --nvidia-caps-major to name a free major"),
         ("Character devices:\n  1 mem\n\nBlock devices:\n", (235, 235),
          "both 235, expected two distinct majors"),
         ("Character devices:\n  1 mem\n\nBlock devices:\n", (0, 236),
          "--imex-channel-major: 0, expected a character major in 1..4095"),
         ("Character devices:\n  1 mem\n\nBlock devices:\n", (235, 4096),
-         "--imex-caps-major: 4096, expected a character major in 1..4095"),
+         "--nvidia-caps-major: 4096, expected a character major in 1..4095"),
         ("  1 mem\n", (235, 236), "/proc/devices: no 'Character devices:' line"),
         ("Character devices:\n  1 mem\n", (235, 236), "no 'Block devices:' line after"),
         ("Character devices:\nmem\n\nBlock devices:\n", (235, 236),
@@ -537,13 +538,15 @@ async def test_a_download_that_fails_is_a_retryable_error(host: Host, node_root:
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     PLUGIN.add_arguments(parser)
+    # --nvidia-caps-major is the gpudriver's flag; the overlay announces the same major.
+    GPUDRIVER_PLUGIN.add_arguments(parser)
     return parser.parse_args(list(argv))
 
 
 def test_flags_build_the_settings() -> None:
     sim = PLUGIN.build(parse(
         "--imex", "on", "--imex-channels", "64", "--imex-channel-major", "500",
-        "--imex-caps-major", "501", "--imex-archive-dir", "/imex",
+        "--nvidia-caps-major", "501", "--imex-archive-dir", "/imex",
         "--imex-archive-url", "https://example.invalid/x/imex.tar.xz",
         "--imex-archive-sha256", "AB" * 32,
     ))
@@ -564,7 +567,7 @@ def test_flags_build_the_settings() -> None:
         (("--imex-channels", "0"), "--imex-channels: 0, expected 1..1048576"),
         (("--imex-channel-major", "4096"),
          "--imex-channel-major: 4096, expected a character major"),
-        (("--imex-caps-major", "235"), "both 235, expected two distinct majors"),
+        (("--nvidia-caps-major", "235"), "both 235, expected two distinct majors"),
         (("--imex-archive-sha256", "abc"), "--imex-archive-sha256: 'abc', expected 64 hexadecimal"),
         (("--imex-archive-url", "file:///etc/passwd"), "expected an http:// or https:// URL"),
         (("--imex-archive-url", "https://example.invalid/"), "has no file name in its path"),

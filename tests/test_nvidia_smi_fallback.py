@@ -38,7 +38,8 @@ def config(tmp_path: Path) -> Path:
 
 
 def both(native: Path, smi: Path, config: Path, *args: str):
-    return run_smi(smi, native, config, *args), run_smi(native / "nvidia-smi", native, config, *args)
+    real = run_smi(smi, native, config, *args)
+    return real, run_smi(native / "nvidia-smi", native, config, *args)
 
 
 def test_list_gpus_is_identical(native: Path, smi: Path, config: Path):

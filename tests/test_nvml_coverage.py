@@ -10,7 +10,14 @@ from pathlib import Path
 
 from mokka.native import FALLBACK_NVIDIA_SMI, NVML_LIBRARY
 from mokka.state.compile import compile_profile
-from tests.nvml_support import compiler, load_target, native, nvml_env, smi, write_config  # noqa: F401
+from tests.nvml_support import (  # noqa: F401
+    compiler,
+    load_target,
+    native,
+    nvml_env,
+    smi,
+    write_config,
+)
 from tests.support import require_tool
 
 #: Raise these when more functions are implemented; never lower them.

@@ -89,7 +89,8 @@ def test_every_implemented_call_reports_the_profile(native: Path, tmp_path: Path
         total = field(gpu, "memory.total_bytes")
         reserved = field(gpu, "memory.reserved_bytes")
         used = field(gpu, "memory.used_bytes")
-        assert dev["memory"] == {"total": total, "free": total - reserved - used, "used": used + reserved}
+        free = total - reserved - used
+        assert dev["memory"] == {"total": total, "free": free, "used": used + reserved}
         assert dev["memory_v2"]["reserved"] == reserved
         assert dev["memory_v2"]["used"] == used
         assert dev["memory_v2"]["free"] == dev["memory"]["free"]
@@ -174,7 +175,8 @@ def test_topology_follows_root_complexes_and_numa_nodes(native: Path, tmp_path: 
     state = state_of("h100")
     config = write_config(tmp_path, state)
     devices = probe(native, config, "inventory")["devices"]
-    # Pairs (i, i+1): same root complex -> HOSTBRIDGE (30), same NUMA -> NODE (40), else SYSTEM (50).
+    # Pairs (i, i+1): same root complex -> HOSTBRIDGE (30), same NUMA node -> NODE (40),
+    # else SYSTEM (50).
     for i, dev in enumerate(devices):
         a, b = state.gpus[i], state.gpus[(i + 1) % len(state.gpus)]
         if a.root_complex == b.root_complex:
@@ -330,7 +332,7 @@ def test_config_found_relative_to_the_library(native: Path, tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "MOCK_NVML_CONFIG"}
     env["LD_LIBRARY_PATH"] = str(lib)
     result = subprocess.run(
-        [sys.executable, "-c", "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())"],
+        [sys.executable, "-c", "import pynvml as n; n.nvmlInit(); print(n.nvmlDeviceGetCount())"],
         env=env,
         capture_output=True,
         text=True,

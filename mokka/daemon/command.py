@@ -133,18 +133,22 @@ def overrides_path(settings: Settings, host: Host) -> Path:
     return host.resolve(layout.OVERRIDES)
 
 
-async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
-    """The long-lived daemon (``DaemonRunner``) over the file source."""
+def _reset_overrides(path: Path) -> None:
     from mokka.state.overrides import reset_file
 
-    # A pod (re)start resets runtime state: injected failures do not survive it.
-    path = overrides_path(settings, host)
     try:
         reset_file(path)
     except OSError as exc:
         # A read-only mount (an overrides file given by a ConfigMap): it is
         # not runtime state then, and the daemon can serve it as it is.
         logger.warning("could not reset the overrides file %s: %s", path, exc.strerror)
+
+
+async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
+    """The long-lived daemon (``DaemonRunner``) over the file source."""
+    path = overrides_path(settings, host)
+    # A pod (re)start resets runtime state: injected failures do not survive it.
+    _reset_overrides(path)
     logger.info(
         "daemon starting: profile %s, node %s, root %s",
         settings.profile,
@@ -158,6 +162,8 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
         source=_source(settings, host),
         health_addr=settings.health_addr,
         shutdown_timeout=settings.shutdown_timeout,
+        # ...nor the pod: teardown drops them before discarding the directory they live in.
+        release_runtime_state=lambda: _reset_overrides(path),
     )
     code = EXIT_FAILED
     try:

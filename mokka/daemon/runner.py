@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -64,6 +64,9 @@ class DaemonRunner:
     shutdown_timeout: float = 25.0
     #: Install SIGTERM/SIGINT handlers (the process does; embedding code may not).
     handle_signals: bool = True
+    #: Called between revoke and discard (see ``teardown``): drops runtime
+    #: state such as the overrides file that lives in a staged directory.
+    release_runtime_state: Callable[[], object] | None = None
     supervisor: Supervisor = attrs.field(init=False)
     reconciler: Reconciler = attrs.field(init=False)
     #: What teardown reported, once it ran.
@@ -140,6 +143,7 @@ class DaemonRunner:
                         self.simulators,
                         timeout=self.shutdown_timeout,
                         supervisor=self.supervisor,
+                        release_runtime_state=self.release_runtime_state,
                     )
                     shutdown.set()
         if not self.teardown_report.clean:

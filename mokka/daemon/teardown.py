@@ -2,7 +2,11 @@
 
 1. cancel the daemons (the supervisor's nursery) and wait for them to stop,
 2. ``revoke`` on every applier, concurrently,
-3. ``discard`` on every simulator, concurrently.
+3. release runtime state that lives inside staged directories (the
+   ``mokka ctl`` overrides file in the engine config directory: it belongs
+   to this pod's lifetime, and left in place it would keep that directory,
+   and so the node, from being restored),
+4. ``discard`` on every simulator, concurrently.
 
 Best effort: every call has its own ``try/except Exception`` with
 ``logger.exception``, so one failure stops neither its siblings nor the
@@ -17,7 +21,7 @@ teardown; the returned ``TeardownReport`` says how it went.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import trio
@@ -53,6 +57,7 @@ async def teardown(
     # caller's ``fail_after`` cannot give (the shield would hide it).
     timeout: float,  # noqa: ASYNC109
     supervisor: Supervisor | None = None,
+    release_runtime_state: Callable[[], object] | None = None,
 ) -> TeardownReport:
     """Stop daemons, revoke, discard; shielded, bounded, never raises for a simulator."""
     began = trio.current_time()
@@ -86,6 +91,12 @@ async def teardown(
             for sim in simulators:
                 if isinstance(sim, Applier):
                     nursery.start_soon(best_effort, "revoke", sim, sim.revoke)
+        if release_runtime_state is not None:
+            try:
+                await trio.to_thread.run_sync(release_runtime_state)
+            except Exception as exc:
+                failures.append(("release", "runtime-state", f"{type(exc).__name__}: {exc}"))
+                logger.exception("teardown: releasing runtime state failed")
         async with trio.open_nursery() as nursery:
             for sim in simulators:
                 nursery.start_soon(best_effort, "discard", sim, sim.discard)

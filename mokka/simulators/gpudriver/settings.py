@@ -13,6 +13,7 @@ from pathlib import Path
 
 import attrs
 
+from mokka import layout
 from mokka.errors import SpecError
 
 #: How the driver tree is published at ``/run/nvidia/driver``.
@@ -53,8 +54,9 @@ class GpuDriverSettings:
     #: 234 to 511 are all seen), so it is a setting; 510 is the common value.
     uvm_major: int = attrs.field(default=510, validator=_check_major)
     #: Character major of ``/dev/nvidia-caps/nvidia-cap<N>`` (MIG capability
-    #: devices); dynamic on real hosts as well, 237 is the common value.
-    caps_major: int = attrs.field(default=237, validator=_check_major)
+    #: devices); dynamic on real hosts as well.  Shared with the imex
+    #: overlay, which announces the same major (see ``layout.NVIDIA_CAPS_MAJOR``).
+    caps_major: int = attrs.field(default=layout.NVIDIA_CAPS_MAJOR, validator=_check_major)
     #: Path (in the daemon's own filesystem, not under the node root) of the
     #: real ``nvidia-smi`` ELF the image ships.  When absent, the project's
     #: fallback binary from the native build is staged instead.

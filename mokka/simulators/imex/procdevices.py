@@ -120,7 +120,7 @@ def overlay(base: BaseText, *, channel_major: int, caps_major: int) -> str:
 
 def _flags(channel_major: int, caps_major: int) -> tuple[tuple[str, int], ...]:
     """Each major with the flag that sets it, so errors tell the user what to change."""
-    return (("--imex-channel-major", channel_major), ("--imex-caps-major", caps_major))
+    return (("--imex-channel-major", channel_major), ("--nvidia-caps-major", caps_major))
 
 
 def _check_majors(channel_major: int, caps_major: int) -> list[str]:
@@ -130,7 +130,7 @@ def _check_majors(channel_major: int, caps_major: int) -> list[str]:
             problems.append(f"{flag}: {value}, expected a character major in 1..{MAX_MAJOR}")
     if channel_major == caps_major:
         problems.append(
-            f"--imex-channel-major and --imex-caps-major: both {channel_major}, "
+            f"--imex-channel-major and --nvidia-caps-major: both {channel_major}, "
             "expected two distinct majors"
         )
     return problems

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from mokka import layout
 from mokka.errors import SpecError
 from mokka.simulators.imex.procdevices import MAX_MAJOR
 
@@ -38,9 +39,10 @@ class ImexSettings:
     #: Character major of the channel nodes.  Dynamic on real hosts; 235 is a
     #: value commonly seen there.
     channel_major: int = 235
-    #: Character major announced for ``nvidia-caps`` in the overlay.  Dynamic
-    #: on real hosts too; 236 sits next to the channel major, as it usually does.
-    caps_major: int = 236
+    #: Character major announced for ``nvidia-caps`` in the overlay.  The same
+    #: value as the gpudriver's ``/dev/nvidia-caps`` nodes: both come from the
+    #: one ``--nvidia-caps-major`` flag (gpudriver's), so they cannot disagree.
+    caps_major: int = layout.NVIDIA_CAPS_MAJOR
     #: Directory the chart's ``imex.binaries.image`` fills with the IMEX
     #: archive (a ``.tar.gz``/``.tar.xz`` file, see ``archive.find_in_dir``).
     #: ``None``: no such volume.
@@ -70,13 +72,13 @@ class ImexSettings:
             problems.append(f"--imex-channels: {self.channel_count}, expected 1..{MAX_CHANNELS}")
         for flag, value in (
             ("--imex-channel-major", self.channel_major),
-            ("--imex-caps-major", self.caps_major),
+            ("--nvidia-caps-major", self.caps_major),
         ):
             if not 1 <= value <= MAX_MAJOR:
                 problems.append(f"{flag}: {value}, expected a character major in 1..{MAX_MAJOR}")
         if self.channel_major == self.caps_major:
             problems.append(
-                f"--imex-channel-major and --imex-caps-major: both {self.channel_major}, "
+                f"--imex-channel-major and --nvidia-caps-major: both {self.channel_major}, "
                 "expected two distinct majors"
             )
         if self.archive_sha256 is not None and not _SHA256.match(self.archive_sha256):
@@ -113,7 +115,7 @@ class ImexSettings:
             mode=args.imex,
             channel_count=args.imex_channels,
             channel_major=args.imex_channel_major,
-            caps_major=args.imex_caps_major,
+            caps_major=getattr(args, "nvidia_caps_major", layout.NVIDIA_CAPS_MAJOR),
             archive_dir=args.imex_archive_dir,
             archive_url=args.imex_archive_url,
             archive_sha256=args.imex_archive_sha256,
@@ -131,10 +133,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--imex-channel-major", type=int, default=defaults.channel_major,
                        metavar="MAJOR", help=(
                            "character major of the IMEX channel devices (default: %(default)s)"))
-    group.add_argument("--imex-caps-major", type=int, default=defaults.caps_major,
-                       metavar="MAJOR", help=(
-                           "major announced for nvidia-caps in the /proc/devices overlay "
-                           "(default: %(default)s)"))
     group.add_argument("--imex-archive-dir", metavar="DIR", help=(
         "directory holding the pinned IMEX archive (.tar.gz/.tar.xz), e.g. the volume the "
         "chart's imex.binaries.image fills"))
