@@ -20,7 +20,9 @@ what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
 * backs up a pre-existing file it is asked to overwrite and restores it on
   discard, so teardown leaves the node byte for byte as it was found.
 
-All methods are blocking; simulators call them through
+The artifact types live in ``mokka.artifacts`` and the manifest in
+``mokka.manifest``; both are re-exported here, the one module simulators
+import.  All methods are blocking; simulators call them through
 ``trio.to_thread.run_sync`` once per batch (one thread hop per surface, not
 per file).
 """
@@ -43,7 +45,31 @@ from typing import Protocol
 
 import attrs
 
+from mokka.artifacts import (
+    Artifact,
+    CharDevice,
+    ConvergeReport,
+    CopyOf,
+    Directory,
+    File,
+    Symlink,
+)
 from mokka.errors import CommandError, HostPathError
+from mokka.manifest import Manifest
+
+__all__ = [
+    "STATE_DIR",
+    "Artifact",
+    "CharDevice",
+    "CommandRunner",
+    "ConvergeReport",
+    "CopyOf",
+    "Directory",
+    "File",
+    "Host",
+    "SubprocessRunner",
+    "Symlink",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,81 +80,6 @@ STATE_DIR = "/var/lib/mokka"
 
 #: Bound on symlink hops while resolving a path (Linux uses 40 too).
 _MAX_SYMLINKS = 40
-
-
-# --------------------------------------------------------------------------
-# Artifacts: what a simulator asks for
-# --------------------------------------------------------------------------
-
-
-@attrs.frozen
-class File:
-    """A regular file with exact content and mode."""
-
-    path: str
-    content: bytes = attrs.field(converter=lambda c: c.encode() if isinstance(c, str) else c)
-    mode: int = 0o644
-
-
-@attrs.frozen
-class CopyOf:
-    """A regular file copied from a path outside the root (a built library, a binary).
-
-    Compared by content digest, so an unchanged source is not copied again.
-    """
-
-    path: str
-    source: Path = attrs.field(converter=Path)
-    mode: int = 0o755
-
-
-@attrs.frozen
-class Symlink:
-    """A symbolic link; ``target`` is written verbatim (use relative targets)."""
-
-    path: str
-    target: str
-
-
-@attrs.frozen
-class CharDevice:
-    """A character device node.
-
-    Without CAP_MKNOD (a laptop run as a normal user, a restricted pod) a
-    regular placeholder file is written instead and the convergence reports it
-    as degraded, so readiness can say why consumers will not open it.
-    """
-
-    path: str
-    major: int
-    minor: int
-    mode: int = 0o666
-
-
-@attrs.frozen
-class Directory:
-    """A directory that must exist (parents are created implicitly anyway)."""
-
-    path: str
-    mode: int = 0o755
-
-
-Artifact = File | CopyOf | Symlink | CharDevice | Directory
-
-
-@attrs.frozen
-class ConvergeReport:
-    """What one ``converge`` call changed, for logs and readiness."""
-
-    created: tuple[str, ...] = ()
-    updated: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    #: Reasons the result is not what consumers expect (e.g. placeholder devices).
-    degraded: tuple[str, ...] = ()
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.created or self.updated or self.removed)
 
 
 # --------------------------------------------------------------------------
@@ -157,90 +108,6 @@ class SubprocessRunner:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise CommandError(f"{argv[0]}: {exc}") from exc
-
-
-# --------------------------------------------------------------------------
-# The manifest: what each owner created
-# --------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class _Manifest:
-    """Paths one owner created, in creation order, with the kind of each.
-
-    Persisted as a snapshot (``<owner>.json``) plus an append-only journal
-    (``<owner>.journal``): a path is appended to the journal *before* it is
-    created, so a process killed mid-batch still leaves a record of it.  A
-    journal line costs one ``write`` (no fsync: a killed process loses no
-    page cache; a crashed machine reboots the node anyway).
-    """
-
-    owner: str
-    directory: Path
-    entries: dict[str, str] = attrs.field(factory=dict)  # path -> kind
-    backups: dict[str, str] = attrs.field(factory=dict)  # path -> backup file name
-
-    @property
-    def snapshot_path(self) -> Path:
-        return self.directory / f"{self.owner}.json"
-
-    @property
-    def journal_path(self) -> Path:
-        return self.directory / f"{self.owner}.journal"
-
-    @classmethod
-    def load(cls, owner: str, directory: Path) -> _Manifest:
-        manifest = cls(owner=owner, directory=directory)
-        if manifest.snapshot_path.exists():
-            data = json.loads(manifest.snapshot_path.read_text())
-            manifest.entries = dict(data.get("entries", {}))
-            manifest.backups = dict(data.get("backups", {}))
-        if manifest.journal_path.exists():
-            for line in manifest.journal_path.read_text().splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line from a killed process
-                op, path = record["op"], record["path"]
-                if op == "add":
-                    manifest.entries[path] = record["kind"]
-                    if record.get("backup"):
-                        manifest.backups[path] = record["backup"]
-                elif op == "remove":
-                    manifest.entries.pop(path, None)
-                    manifest.backups.pop(path, None)
-        return manifest
-
-    def note(self, op: str, path: str, kind: str = "", backup: str = "") -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        record = {"op": op, "path": path}
-        if kind:
-            record["kind"] = kind
-        if backup:
-            record["backup"] = backup
-        with open(self.journal_path, "a", encoding="utf-8") as journal:
-            journal.write(json.dumps(record, separators=(",", ":")) + "\n")
-        if op == "add":
-            self.entries[path] = kind
-            if backup:
-                self.backups[path] = backup
-        else:
-            self.entries.pop(path, None)
-            self.backups.pop(path, None)
-
-    def compact(self) -> None:
-        """Fold the journal into the snapshot; remove both when nothing is owned."""
-        if not self.entries:
-            self.snapshot_path.unlink(missing_ok=True)
-            self.journal_path.unlink(missing_ok=True)
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.snapshot_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"entries": self.entries, "backups": self.backups}, indent=1))
-        os.replace(tmp, self.snapshot_path)
-        self.journal_path.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------
@@ -402,30 +269,28 @@ class Host:
         if manifests.is_dir() and any(manifests.iterdir()):
             return
         backups = state / "backups"
-        if backups.is_dir() and any(backups.rglob("*")):
-            if any(p.is_file() for p in backups.rglob("*")):
-                return
+        if backups.is_dir() and any(p.is_file() for p in backups.rglob("*")):
+            return  # a backup still waits to be restored
         marker = state / "created-parents.json"
         created = json.loads(marker.read_text()) if marker.is_file() else []
         marker.unlink(missing_ok=True)
         _rmdir_empty_tree(state)
         for rel in sorted(created, key=lambda r: -r.count("/")):
-            try:
+            # OSError: something else now lives there, so it stays.
+            with contextlib.suppress(OSError):
                 self.resolve(rel, follow_last=True).rmdir()
-            except OSError:
-                pass  # something else now lives there: leave it
 
     def owned(self, owner: str) -> dict[str, str]:
         """The paths ``owner`` currently owns (path → kind), as persisted."""
         with self._lock(owner):
-            return dict(_Manifest.load(owner, self._manifest_dir()).entries)
+            return dict(Manifest.load(owner, self._manifest_dir()).entries)
 
     def converge(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
         """Make ``owner``'s part of the node exactly ``artifacts``; see the module docstring."""
         _check_owner(owner)
         wanted = list(artifacts)
         with self._lock(owner), self._state_in_use():
-            manifest = _Manifest.load(owner, self._manifest_dir())
+            manifest = Manifest.load(owner, self._manifest_dir())
             work = _Work(self, manifest)
             wanted_paths: set[str] = set()
             for art in wanted:
@@ -460,10 +325,8 @@ def _rmdir_empty_tree(path: Path) -> None:
     for child in path.iterdir():
         if child.is_dir() and not child.is_symlink():
             _rmdir_empty_tree(child)
-    try:
+    with contextlib.suppress(OSError):
         path.rmdir()
-    except OSError:
-        pass
 
 
 def _check_owner(owner: str) -> None:
@@ -484,7 +347,7 @@ class _Work:
     """One converge call's bookkeeping (kept out of ``Host`` to keep it stateless)."""
 
     host: Host
-    manifest: _Manifest
+    manifest: Manifest
     created: list[str] = attrs.field(factory=list)
     updated: list[str] = attrs.field(factory=list)
     removed: list[str] = attrs.field(factory=list)
@@ -701,7 +564,9 @@ class _Work:
         try:
             real = self.host.resolve(norm)
         except HostPathError:
-            logger.warning("manifest path %s no longer resolves inside the root; forgetting it", norm)
+            logger.warning(
+                "manifest path %s no longer resolves inside the root; forgetting it", norm
+            )
             self.manifest.note("remove", norm)
             return
         if kind == "dir":
@@ -769,10 +634,8 @@ def _lstat(path: Path) -> os.stat_result | None:
 
 
 def _unlink(path: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _placeholder(art: CharDevice) -> bytes:

@@ -26,6 +26,8 @@ LAYERS: dict[str, int] = {
     "mokka.logs": 0,
     "mokka.state": 1,
     "mokka.host": 2,
+    "mokka.artifacts": 2,
+    "mokka.manifest": 2,
     "mokka.simulators": 3,
     "mokka.daemon": 4,
     "mokka.cli": 5,
