@@ -15,7 +15,11 @@ import sys
 from collections.abc import Sequence
 
 #: Modules providing subcommands, in the order ``--help`` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("mokka.daemon.command", "mokka.ctl", "mokka.fabricmanager_ctl")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "mokka.daemon.command",
+    "mokka.ctl",
+    "mokka.fabricmanager_ctl",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

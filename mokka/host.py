@@ -583,8 +583,10 @@ class _Work:
                 pass
             except OSError as exc:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    # Someone else put files in a directory we created: leave it.
-                    logger.info("leaving %s in place: it holds files Mokka did not create", norm)
+                    # Still holds another owner's files (shared parents empty out as the
+                    # last owner leaves) or files Mokka never wrote: leave it.  DEBUG,
+                    # because during a teardown this is the common case, not news.
+                    logger.debug("leaving directory %s in place: it is not empty", norm)
                 elif exc.errno == errno.ENOTDIR:
                     # Replaced by a symlink or file since: not ours any more.
                     logger.info("leaving %s in place: it is no longer a directory", norm)

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,7 @@ async def test_stage_writes_nothing_and_a_missing_kmsg_is_not_ready(
     host: Host, node_root: Path
 ) -> None:
     before = snapshot(node_root)
-    sim = KernelLogSimulator()
+    sim = KernelLogSimulator(settings=KernelLogSettings(fallback_file="off"))
     await sim.stage(host, make_state(("x1", 0, 79)))
     assert snapshot(node_root) == before
     assert not sim.readiness.ready
@@ -344,7 +345,7 @@ async def test_a_missing_kmsg_is_retried_and_never_created(
     host: Host, node_root: Path, autojump_clock: trio.abc.Clock
 ) -> None:
     before = snapshot(node_root)
-    sim = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
+    sim = KernelLogSimulator(settings=KernelLogSettings(style="raw", fallback_file="off"))
     state = make_state(("x1", 0, 79))
     await sim.stage(host, state)
     async with trio.open_nursery() as nursery:
@@ -361,6 +362,40 @@ async def test_a_missing_kmsg_is_retried_and_never_created(
         nursery.cancel_scope.cancel()
     await sim.discard(host)
     assert set(snapshot(node_root)) - set(before) == {"dev", KMSG}
+
+
+async def test_a_local_root_gets_a_regular_file_that_discard_removes(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """No /dev/null device: not a real host, so the stand-in file is created and read back."""
+    before = snapshot(node_root)
+    sim = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
+    state = make_state(("x1", 0, 79))
+    await sim.stage(host, state)
+    assert (node_root / KMSG).is_file()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.run, host, state)
+        await sim.written.wait_value(1)
+        assert sim.readiness.ready
+        # a later stage keeps what was logged (the content is the log, not managed)
+        await sim.stage(host, state)
+        assert b"NVRM: Xid (PCI:0000:53:00): 79" in (node_root / KMSG).read_bytes()
+        nursery.cancel_scope.cancel()
+    await sim.discard(host)
+    assert snapshot(node_root) == before
+
+
+async def test_a_real_host_kmsg_is_never_created(host: Host, node_root: Path) -> None:
+    """A root with a /dev/null character device is a real host: its kernel log is the kernel's."""
+    (node_root / "dev").mkdir()
+    os.mknod(node_root / "dev" / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    before = snapshot(node_root)
+    sim = KernelLogSimulator()
+    await sim.stage(host, make_state(("x1", 0, 79)))
+    assert not (node_root / KMSG).exists()
+    assert "dev/kmsg does not exist" in sim.readiness.reason
+    await sim.discard(host)
+    assert snapshot(node_root) == before
 
 
 async def test_a_fifo_without_a_reader_is_not_ready_and_with_one_gets_the_records(

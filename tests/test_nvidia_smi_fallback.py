@@ -19,6 +19,8 @@ from mokka.state.compile import compile_profile
 from tests.nvml_support import native, node_path, run_smi, smi, write_config  # noqa: F401
 from tests.support import require_tool
 
+pytestmark = pytest.mark.realclient
+
 FIELDS = (
     "index,name,uuid,serial,pci.bus_id,pci.domain,pci.bus,pci.device,pci.device_id,"
     "pci.sub_device_id,driver_version,count,vbios_version,inforom.img,persistence_mode,"

@@ -31,6 +31,8 @@ from tests.nvml_support import (  # noqa: F401
 )
 from tests.support import DATA
 
+pytestmark = pytest.mark.realclient
+
 FORBIDDEN = ("Function Not Found", "Unknown Error", "Uninitialized", "ERR!")
 
 

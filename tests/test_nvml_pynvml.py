@@ -21,6 +21,8 @@ from mokka.state.compile import compile_profile
 from mokka.state.model import Failure, Gpu, State, Xid
 from tests.nvml_support import PROBE, native, node_path, nvml_env, probe, write_config  # noqa: F401
 
+pytestmark = pytest.mark.realclient
+
 NOT_SUPPORTED, NOT_FOUND, UNINITIALIZED, TIMEOUT, GPU_IS_LOST = 3, 6, 1, 10, 15
 DRIVER_NOT_LOADED, UNKNOWN = 9, 999
 ARCH = {"turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}

@@ -13,10 +13,13 @@ import subprocess
 from pathlib import Path
 
 import attrs
+import pytest
 
 from mokka.state.compile import compile_profile
 from tests.nvml_support import compiler, load_target, native, nvml_env, write_config  # noqa: F401
 from tests.support import require_tool
+
+pytestmark = pytest.mark.realclient
 
 HAMMER = Path(__file__).resolve().parent / "nvml_hammer.c"
 

@@ -6,7 +6,7 @@ something an outside party acts on: containerd, NFD, the GPU Operator) or
 membership with ``isinstance`` (the protocols are runtime-checkable), so a
 simulator opts in simply by having the methods.
 
-Contract, in the order the reconciler calls things (ARCHITECTURE §3–§4):
+Contract, in the order the reconciler calls things (ARCHITECTURE sections 3 and 4):
 
 * ``stage(host, state)``: write artifacts that are not yet externally
   visible; idempotent; converges (removes what ``state`` no longer calls
@@ -72,7 +72,11 @@ class Applier(Protocol):
 @runtime_checkable
 class Daemon(Protocol):
     async def run(
-        self, host: Host, state: State, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        host: Host,
+        state: State,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None: ...
 
     async def reload(self, state: State) -> None: ...

@@ -20,9 +20,15 @@ force, so the newest is enough).  Writes respect the kernel's per-file rate
 limit (``kmsg.WindowLimiter``): records over the burst wait for the next
 window instead of being silently dropped by the kernel.
 
-``/dev/kmsg`` is opened ``O_WRONLY | O_APPEND`` and never created: on a real
-host it is the kernel's device; a root without it (a laptop run) makes the
-simulator not ready, with the reason, and it retries periodically.
+``/dev/kmsg`` is opened ``O_WRONLY | O_APPEND``.  On a real host it is the
+kernel's device and is never created.  A root that is not a real host (a
+laptop run on ``./mokka-node``, recognised by having no character device at
+``/dev/null``) has no kernel log at all; there, with ``--kmsg-fallback-file
+auto`` (the default), stage creates ``/dev/kmsg`` as a regular file (owner
+``kernellog-kmsg``, removed by discard) so the records can be read with
+``cat`` and the embedded default becomes ready.  Otherwise a missing
+``/dev/kmsg`` makes the simulator not ready, with the reason, and it retries
+periodically.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import json
 import logging
 import math
 import os
+import stat
 
 import attrs
 import trio
@@ -49,6 +56,9 @@ from mokka.state.model import State, Xid
 logger = logging.getLogger(__name__)
 
 OWNER = "kernellog"
+#: Owner of the regular-file stand-in for ``/dev/kmsg`` on a non-host root.
+KMSG_OWNER = "kernellog-kmsg"
+FALLBACK_MODES = ("auto", "off")
 #: Ids already announced, persisted across restarts (see the module docstring).
 ANNOUNCED = f"{layout.STATE_ROOT}/kernellog/announced.json"
 
@@ -67,9 +77,18 @@ class KernelLogSettings:
     #: Seconds between attempts to open a missing or unwritable ``/dev/kmsg``.
     #: 10 s: the file appears rarely (a test creating it), checks are cheap.
     retry_interval: float = 10.0
+    #: ``auto``: on a root that is not a real host (no char device at
+    #: ``/dev/null``) create ``/dev/kmsg`` as a regular file when missing;
+    #: ``off``: never create it.  A real host's kernel log is never created.
+    fallback_file: str = "auto"
 
     def __attrs_post_init__(self) -> None:
         problems = []
+        if self.fallback_file not in FALLBACK_MODES:
+            problems.append(
+                f"--kmsg-fallback-file: {self.fallback_file!r}, expected one of "
+                + ", ".join(FALLBACK_MODES)
+            )
         if self.style not in kmsg.STYLES:
             styles = ", ".join(kmsg.STYLES)
             problems.append(f"--kmsg-style: {self.style!r}, expected one of {styles}")
@@ -89,7 +108,7 @@ class KernelLogSettings:
         ``/dev/kmsg`` limits, and a user who raised them would only get
         records dropped silently.
         """
-        return cls(style=args.kmsg_style)
+        return cls(style=args.kmsg_style, fallback_file=args.kmsg_fallback_file)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +118,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kmsg-style", choices=kmsg.STYLES, default=default, help=(
         "journald doubles the NVRM: prefix so journald readers see it in MESSAGE; raw writes "
         "it once, as the driver does (default: %(default)s)"))
+    group.add_argument("--kmsg-fallback-file", choices=FALLBACK_MODES,
+                       default=KernelLogSettings().fallback_file, help=(
+        "auto: on a root that is not a real host (no /dev/null device), create /dev/kmsg as "
+        "a regular file so Xid records can be read there; off: never (default: %(default)s)"))
 
 
 @attrs.frozen
@@ -166,8 +189,10 @@ class KernelLogSimulator:
     # ---- Simulator -----------------------------------------------------
 
     async def stage(self, host: Host, state: State) -> None:
-        """Nothing to write ahead of time; notes the state and whether ``/dev/kmsg`` exists."""
-        exists = await trio.to_thread.run_sync(host.exists, layout.KMSG)
+        """Notes the state and whether ``/dev/kmsg`` exists (creating the stand-in file if due)."""
+        exists = await trio.to_thread.run_sync(
+            _ensure_kmsg, host, self.settings.fallback_file == "auto"
+        )
         if not self._running:
             self._kmsg_problem = None if exists else _missing(host)
         self._staged = True
@@ -176,6 +201,7 @@ class KernelLogSimulator:
     async def discard(self, host: Host) -> None:
         """Forget what was announced: the next start announces the Xids then in force."""
         await trio.to_thread.run_sync(host.discard, OWNER)
+        await trio.to_thread.run_sync(host.discard, KMSG_OWNER)
         self._announced = _Announced()
         self._staged = False
 
@@ -284,6 +310,28 @@ class KernelLogSimulator:
 
 
 # ---- blocking parts (worker threads) -----------------------------------
+
+
+def _ensure_kmsg(host: Host, fallback: bool) -> bool:
+    """Whether ``/dev/kmsg`` exists, after creating the stand-in file where allowed.
+
+    Only when it is missing: once created, its content is the log, and
+    converging it again would empty it.
+    """
+    if host.exists(layout.KMSG):
+        return True
+    if not fallback or _is_real_host(host):
+        return False
+    host.converge(KMSG_OWNER, [File(layout.KMSG, b"", 0o644)])
+    return True
+
+
+def _is_real_host(host: Host) -> bool:
+    """A real host's root has device nodes; a local or test root has none at ``/dev/null``."""
+    try:
+        return stat.S_ISCHR(os.stat(host.resolve("/dev/null", follow_last=True)).st_mode)
+    except OSError:
+        return False
 
 
 def _missing(host: Host) -> str:
