@@ -29,6 +29,7 @@ import trio
 import trio_util
 
 from mokka import layout
+from mokka.daemon.nodelock import hold_node_root
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, DaemonRunner
 from mokka.errors import MokkaError, SpecError
@@ -167,7 +168,8 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
     )
     code = EXIT_FAILED
     try:
-        code = await runner.run()
+        async with hold_node_root(host.root):
+            code = await runner.run()
     except* OSError as group:
         # Raised only before anything was staged: the probes could not listen.
         logger.error(
@@ -196,7 +198,8 @@ async def run_once(settings: Settings, host: Host, simulators: list[Simulator]) 
         print(f"no state to reconcile: {error}")
         return EXIT_FAILED
     reconciler = Reconciler(host, simulators, supervisor=None)
-    result = await reconciler.reconcile_once(update.state)
+    async with hold_node_root(host.root):
+        result = await reconciler.reconcile_once(update.state)
     print(result.summary())
     print(f"node root: {host.root} (remove with: mokka cleanup --root {host.root})")
     return EXIT_OK if result.ok else EXIT_FAILED

@@ -1,0 +1,64 @@
+"""One daemon per node root: the second waits until the first lets go."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from mokka.daemon.nodelock import hold_node_root
+from tests.support import snapshot
+
+
+async def test_a_free_root_is_taken_at_once_and_nothing_is_written(node_root: Path) -> None:
+    before = snapshot(node_root)
+    async with hold_node_root(node_root):
+        # Held: another descriptor cannot take it.
+        other = os.open(node_root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    assert snapshot(node_root) == before  # a lock on the directory: no lock file
+
+
+async def test_a_second_daemon_waits_for_the_first_to_let_go(node_root: Path) -> None:
+    first = os.open(node_root, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    acquired = trio.Event()
+
+    async def second() -> None:
+        async with hold_node_root(node_root):
+            acquired.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second)
+            # The second is parked in a blocking flock in a worker thread.
+            await trio.testing.wait_all_tasks_blocked()
+            assert not acquired.is_set()
+            os.close(first)  # the first daemon's process ends: the lock goes with it
+            first = -1
+            # A real kernel lock hand-over: bounded, not slept on.
+            with trio.fail_after(10):
+                await acquired.wait()
+    finally:
+        if first >= 0:
+            os.close(first)
+
+
+async def test_waiting_can_be_cancelled(node_root: Path) -> None:
+    first = os.open(node_root, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    try:
+        with trio.move_on_after(0.05) as scope:  # SIGTERM while waiting
+            async with hold_node_root(node_root):
+                raise AssertionError("acquired a lock that is held")
+        assert scope.cancelled_caught
+    finally:
+        os.close(first)
