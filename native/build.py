@@ -39,7 +39,8 @@ def build_all(out_dir: Path) -> list[Path]:
     for target in targets():
         name = target.parent.name
         spec = importlib.util.spec_from_file_location(f"native_{name}_target", target)
-        assert spec and spec.loader
+        assert spec
+        assert spec.loader
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         built = module.build(out_dir, cc)

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from mokka.host import Host
+from tests.nvml_support import compiler, load_target
+from tests.support import real_nvidia_smi
 
 
 @pytest.fixture
@@ -20,3 +22,20 @@ def node_root(tmp_path: Path) -> Path:
 @pytest.fixture
 def host(node_root: Path) -> Host:
     return Host(node_root)
+
+
+@pytest.fixture(scope="session")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The mock NVML library and the fallback nvidia-smi, built from the
+    current sources once per session (not the installed copy), so the tests
+    prove the code in the tree."""
+    out = tmp_path_factory.mktemp("native")
+    load_target("nvml").build(out, compiler())
+    load_target("nvidia-smi").build(out, compiler())
+    return out
+
+
+@pytest.fixture(scope="session")
+def smi() -> Path:
+    """The real Debian nvidia-smi 535 binary (see ``tests.support.real_nvidia_smi``)."""
+    return real_nvidia_smi()

@@ -267,14 +267,14 @@ def hammer(threads: int, seconds: float) -> dict[str, Any]:
         calls, errors = 0, []
         while time.monotonic() < stop:
             h = nv.nvmlDeviceGetHandleByIndex((seed + calls) % count)
-            for call in (
-                lambda: nv.nvmlDeviceGetName(h),
-                lambda: nv.nvmlDeviceGetMemoryInfo(h),
-                lambda: nv.nvmlDeviceGetTemperature(h, 0),
-                lambda: nv.nvmlDeviceGetPowerUsage(h),
+            for call, args in (
+                (nv.nvmlDeviceGetName, (h,)),
+                (nv.nvmlDeviceGetMemoryInfo, (h,)),
+                (nv.nvmlDeviceGetTemperature, (h, 0)),
+                (nv.nvmlDeviceGetPowerUsage, (h,)),
             ):
                 try:
-                    call()
+                    call(*args)
                 except nv.NVMLError as error:
                     errors.append(error.value)
                 calls += 1

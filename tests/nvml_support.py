@@ -17,7 +17,7 @@ import pytest
 from mokka import layout
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.model import State
-from tests.support import ROOT, real_nvidia_smi
+from tests.support import ROOT
 
 PROBE = Path(__file__).resolve().parent / "nvml_probe.py"
 
@@ -26,7 +26,8 @@ def load_target(name: str):
     """Import ``native/<name>/target.py`` the way ``native/build.py`` does."""
     path = ROOT / "native" / name / "target.py"
     spec = importlib.util.spec_from_file_location(f"test_native_{name.replace('-', '_')}", path)
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -37,20 +38,6 @@ def compiler() -> str:
     if cc is None:
         pytest.fail("no C compiler: install gcc (./scripts/install-system-deps)")
     return cc
-
-
-@pytest.fixture(scope="session")
-def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The mock library and the fallback nvidia-smi, built once for the session."""
-    out = tmp_path_factory.mktemp("native")
-    load_target("nvml").build(out, compiler())
-    load_target("nvidia-smi").build(out, compiler())
-    return out
-
-
-@pytest.fixture(scope="session")
-def smi() -> Path:
-    return real_nvidia_smi()
 
 
 def node_path(root: Path, node_path: str) -> Path:

@@ -22,9 +22,9 @@ import trio
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.host import Host
-from mokka.simulators.gpudriver import PLUGIN as GPUDRIVER_PLUGIN
 from mokka.simulators import registry
 from mokka.simulators.base import Simulator
+from mokka.simulators.gpudriver import PLUGIN as GPUDRIVER_PLUGIN
 from mokka.simulators.imex import PLUGIN, ImexSettings, ImexSimulator, procdevices
 from mokka.simulators.imex.archive import ArchiveError
 from mokka.simulators.imex.channels import CAPABILITY_FILE, CHANNEL_DIR

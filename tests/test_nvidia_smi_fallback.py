@@ -16,7 +16,7 @@ import pytest
 
 from mokka import layout
 from mokka.state.compile import compile_profile
-from tests.nvml_support import native, node_path, run_smi, smi, write_config  # noqa: F401
+from tests.nvml_support import node_path, run_smi, write_config
 from tests.support import require_tool
 
 pytestmark = pytest.mark.realclient

@@ -20,15 +20,7 @@ import pytest
 from mokka import layout
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.nvml_support import (  # noqa: F401
-    compiler,
-    load_target,
-    native,
-    node_path,
-    run_smi,
-    smi,
-    write_config,
-)
+from tests.nvml_support import compiler, load_target, node_path, run_smi, write_config
 from tests.support import DATA
 
 pytestmark = pytest.mark.realclient

@@ -10,14 +10,7 @@ from pathlib import Path
 
 from mokka.native import FALLBACK_NVIDIA_SMI, NVML_LIBRARY
 from mokka.state.compile import compile_profile
-from tests.nvml_support import (  # noqa: F401
-    compiler,
-    load_target,
-    native,
-    nvml_env,
-    smi,
-    write_config,
-)
+from tests.nvml_support import compiler, load_target, nvml_env, write_config
 from tests.support import require_tool
 
 #: Raise these when more functions are implemented; never lower them.
@@ -58,7 +51,8 @@ def test_only_nvml_names_are_exported_and_the_soname_is_nvidias(native: Path):
         [readelf, "-d", str(native / NVML_LIBRARY)], capture_output=True, text=True, check=True
     ).stdout
     assert "Library soname: [libnvidia-ml.so.1]" in dynamic
-    assert NVML_LIBRARY == "libnvidia-ml.so.1" and FALLBACK_NVIDIA_SMI == "nvidia-smi"
+    assert NVML_LIBRARY == "libnvidia-ml.so.1"
+    assert FALLBACK_NVIDIA_SMI == "nvidia-smi"
 
 
 def test_every_name_the_real_consumers_resolve_is_exported(native: Path, smi: Path):

@@ -19,7 +19,7 @@ import pytest
 from mokka import layout
 from mokka.state.compile import compile_profile
 from mokka.state.model import Failure, Gpu, State, Xid
-from tests.nvml_support import PROBE, native, node_path, nvml_env, probe, write_config  # noqa: F401
+from tests.nvml_support import PROBE, node_path, nvml_env, probe, write_config
 
 pytestmark = pytest.mark.realclient
 
@@ -56,7 +56,9 @@ def test_every_implemented_call_reports_the_profile(native: Path, tmp_path: Path
     assert got["cuda_driver_version"] == state.system.cuda_driver_version
     assert got["cuda_driver_version_v2"] == state.system.cuda_driver_version
     assert got["count"] == len(state.gpus)
-    assert got["by_uuid_is_last"] and got["by_bus_id_is_last"] and got["by_bus_id_lower_is_last"]
+    assert got["by_uuid_is_last"]
+    assert got["by_bus_id_is_last"]
+    assert got["by_bus_id_lower_is_last"]
     assert got["unknown_uuid"] == {"error": NOT_FOUND}
     assert got["after_shutdown"] == {"error": UNINITIALIZED}
 
@@ -192,7 +194,8 @@ def test_topology_follows_root_complexes_and_numa_nodes(native: Path, tmp_path: 
         cpus = next(r.cpulist for r in state.pcie_roots if r.id == a.root_complex)
         first, last = (int(x) for x in cpus.split(",")[0].split("-"))
         mask = sum(word << (64 * i) for i, word in enumerate(dev["cpu_affinity"]))
-        assert mask >> first & 1 and mask >> last & 1
+        assert mask >> first & 1
+        assert mask >> last & 1
         assert not mask >> (last + 1) & 1
 
 
@@ -321,7 +324,8 @@ def test_missing_or_invalid_config_fails_init_with_a_message(
         timeout=60,
     )
     assert result.stdout.strip() == str(code)
-    assert "mock-nvml:" in result.stderr and str(config) in result.stderr
+    assert "mock-nvml:" in result.stderr
+    assert str(config) in result.stderr
 
 
 def test_config_found_relative_to_the_library(native: Path, tmp_path: Path):

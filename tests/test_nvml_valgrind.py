@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from mokka.state.compile import compile_profile
-from tests.nvml_support import compiler, load_target, native, nvml_env, write_config  # noqa: F401
+from tests.nvml_support import compiler, load_target, nvml_env, write_config
 from tests.support import require_tool
 
 pytestmark = pytest.mark.realclient

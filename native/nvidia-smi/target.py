@@ -30,7 +30,8 @@ CFLAGS = ("-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror")
 def _nvml_target():
     path = HERE.parent / "nvml" / "target.py"
     spec = importlib.util.spec_from_file_location("native_nvml_target_for_smi", path)
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -26,9 +26,8 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable
-from pathlib import Path
-
 from dataclasses import dataclass
+from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 

@@ -60,7 +60,8 @@ CFLAGS = (
 
 def _exports():
     spec = importlib.util.spec_from_file_location("native_nvml_exports", HERE / "exports.py")
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve annotations through it
     spec.loader.exec_module(module)
