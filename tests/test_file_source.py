@@ -191,10 +191,15 @@ async def test_resync_picks_changes_up_without_inotify(
         await trio.sleep(31)
         assert out.value.state.generation == 2
         assert out.value.at == start + 30
-        # an unchanged file re-read by the next resync publishes nothing new
+        # an unchanged file re-read by the next resync keeps its generation,
+        # republished as a fresh update (the reconciler's drift-repair tick)
+        changed = out.value
         await trio.sleep(30)
         assert source.statistics().reloads == 3
         assert out.value.state.generation == 2
+        assert out.value.state is changed.state
+        assert out.value is not changed
+        assert out.value.at == start + 60
         nursery.cancel_scope.cancel()
 
 

@@ -35,12 +35,17 @@ class Harness:
 
 
 @asynccontextmanager
-async def running(host: Host, sims, *, backoff: Backoff | None = None) -> AsyncIterator[Harness]:
+async def running(
+    host: Host, sims, *, backoff: Backoff | None = None, repair_interval: float = 0.0
+) -> AsyncIterator[Harness]:
     """A supervisor, a reconcile loop and a ``MemorySource``, torn down like the daemon does."""
     source = MemorySource()
     updates: trio_util.AsyncValue = trio_util.AsyncValue(None)
     supervisor = Supervisor(host)
-    reconciler = Reconciler(host, sims, supervisor=supervisor, backoff=backoff or Backoff())
+    reconciler = Reconciler(
+        host, sims, supervisor=supervisor, backoff=backoff or Backoff(),
+        repair_interval=repair_interval,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
         await nursery.start(reconciler.run, updates)
@@ -294,6 +299,33 @@ async def test_unchanged_state_after_success_causes_no_pass(
         await trio.sleep(60)
         assert len(sim.calls("stage")) == 1
         assert h.reconciler.status.passes_total == 1
+    assert snapshot(node_root) == {}
+
+
+def wipe(root: Path) -> None:
+    for path in sorted(root.rglob("*"), key=lambda p: -len(p.parts)):
+        path.unlink() if path.is_file() else path.rmdir()
+
+
+async def test_an_unchanged_resync_repairs_drift_once_the_interval_passed(
+    autojump_clock, host: Host, node_root: Path
+):
+    sim = FakeSimulator("sim")
+    async with running(host, [sim], repair_interval=60) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        staged = snapshot(node_root)
+        wipe(node_root)  # drift: someone removes what the simulator staged
+        await trio.sleep(30)
+        h.source.publish(make_state(1))  # a resync before the interval: no pass
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.reconciler.status.passes_total == 1
+        await trio.sleep(30)
+        h.source.publish(make_state(1))  # 60 s after the good pass: repair
+        await h.passes(2)
+        assert trio.current_time() == 60
+        assert [c[3] for c in sim.calls("stage")] == [0, 60]
+        assert snapshot(node_root) == staged
     assert snapshot(node_root) == {}
 
 

@@ -163,6 +163,7 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
         source=_source(settings, host),
         health_addr=settings.health_addr,
         shutdown_timeout=settings.shutdown_timeout,
+        repair_interval=settings.resync_interval,
         # ...nor the pod: teardown drops them before discarding the directory they live in.
         release_runtime_state=lambda: _reset_overrides(path),
     )

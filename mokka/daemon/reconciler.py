@@ -20,7 +20,13 @@ the newest ``SourceUpdate`` whole, so a burst of updates coalesces into one
 pass over the last of them.  A failed pass is retried with capped
 exponential backoff without waiting for new input (a new input cuts the
 wait short); a ``SpecError`` is terminal until the input changes; an
-unchanged state (same ``content_hash``) after a pass causes no new pass.
+unchanged state (same ``content_hash``) after a pass causes no new pass,
+except a *repair* pass: when an unchanged update (the source's periodic
+resync) arrives at least ``repair_interval`` after the last good pass, the
+pass runs anyway, so drift (a device node someone deleted, a spec another
+tool overwrote) is put right within one resync interval.  Stages are
+idempotent and do not rewrite what is unchanged, so a repair pass costs
+reads, not writes.
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ class Reconciler:
     supervisor: Supervisor | None = None
     #: Retry schedule of a failed pass: 1, 2, 4, ... seconds, at most 60 s.
     backoff: Backoff = attrs.field(factory=Backoff)
+    #: Seconds after a good pass from which an unchanged update triggers a
+    #: repair pass (the daemon passes ``--resync-interval``); 0: never.
+    repair_interval: float = 0.0
 
     # Private, mutable bookkeeping; ``status`` is the published snapshot.
     _phase: str = attrs.field(default="waiting", init=False)
@@ -122,6 +131,7 @@ class Reconciler:
         last_hash: str | None = None  # the state the last pass ran over
         attempt = 0  # consecutive failed passes over ``last_hash``
         retry_at = math.inf
+        last_good_at: float | None = None  # when the last pass over ``last_hash`` succeeded
         while True:
             got: object = _NOTHING
             with trio.move_on_at(retry_at):
@@ -135,7 +145,7 @@ class Reconciler:
             if state is None:
                 self._set_phase("waiting")
                 continue
-            if not due and state.content_hash == last_hash:
+            if not due and state.content_hash == last_hash and not self._repair_due(last_good_at):
                 # Same input: converged, terminal, or its retry is already scheduled.
                 continue
             if state.content_hash != last_hash:
@@ -146,13 +156,22 @@ class Reconciler:
             last_hash = state.content_hash
             if result.ok:
                 attempt, retry_at = 0, math.inf
+                last_good_at = trio.current_time()
                 self._set_phase("idle")
             elif result.retry_delay is None:
-                retry_at = math.inf
+                retry_at, last_good_at = math.inf, None
                 self._set_phase("terminal")
             else:
-                retry_at = trio.current_time() + result.retry_delay
+                retry_at, last_good_at = trio.current_time() + result.retry_delay, None
                 self._set_phase("backoff")
+
+    def _repair_due(self, last_good_at: float | None) -> bool:
+        """An unchanged state is passed again once the last good pass is old enough."""
+        return (
+            self.repair_interval > 0
+            and last_good_at is not None
+            and trio.current_time() - last_good_at >= self.repair_interval
+        )
 
     # ---- one pass -----------------------------------------------------
 

@@ -64,6 +64,9 @@ class DaemonRunner:
     shutdown_timeout: float = 25.0
     #: Install SIGTERM/SIGINT handlers (the process does; embedding code may not).
     handle_signals: bool = True
+    #: Seconds after which an unchanged state is reconciled again to repair
+    #: drift (``--resync-interval``; see ``Reconciler.repair_interval``).
+    repair_interval: float = 0.0
     #: Called between revoke and discard (see ``teardown``): drops runtime
     #: state such as the overrides file that lives in a staged directory.
     release_runtime_state: Callable[[], object] | None = None
@@ -77,7 +80,12 @@ class DaemonRunner:
     def __attrs_post_init__(self) -> None:
         # Built here, not passed in: their lifetimes are this run's.
         self.supervisor = Supervisor(self.host)
-        self.reconciler = Reconciler(self.host, self.simulators, supervisor=self.supervisor)
+        self.reconciler = Reconciler(
+            self.host,
+            self.simulators,
+            supervisor=self.supervisor,
+            repair_interval=self.repair_interval,
+        )
 
     @property
     def view(self) -> DaemonView:

@@ -183,8 +183,8 @@ class FileSource:
             await self._reload(out)
             task_status.started()
             while True:
-                await self._wait_for_change()
-                await self._reload(out)
+                resync = await self._wait_for_change()
+                await self._reload(out, resync=resync)
         finally:
             if self._inotify is not None:
                 self._inotify.close()
@@ -192,10 +192,10 @@ class FileSource:
 
     # ---- waiting -------------------------------------------------------
 
-    async def _wait_for_change(self) -> None:
-        """Return after a debounced burst of relevant events, or when a resync is due."""
+    async def _wait_for_change(self) -> bool:
+        """After a debounced burst of relevant events (False), or a due resync (True)."""
         interval = self.resync_interval if self.resync_interval > 0 else math.inf
-        with trio.move_on_after(interval):
+        with trio.move_on_after(interval) as timer:
             await self._next_relevant()
             with trio.move_on_after(self.max_delay):
                 while True:
@@ -203,6 +203,7 @@ class FileSource:
                         await self._next_relevant()
                     if quiet.cancelled_caught:
                         break
+        return timer.cancelled_caught
 
     async def _next_relevant(self) -> None:
         if self._inotify is None:
@@ -230,7 +231,9 @@ class FileSource:
 
     # ---- reading -------------------------------------------------------
 
-    async def _reload(self, out: trio_util.AsyncValue[SourceUpdate | None]) -> None:
+    async def _reload(
+        self, out: trio_util.AsyncValue[SourceUpdate | None], *, resync: bool = False
+    ) -> None:
         self._reloads += 1
         result = await self.offload(self._read)
         now = trio.current_time()
@@ -244,7 +247,10 @@ class FileSource:
         recovered = self._last_problems is not None
         self._last_problems = None
         if self._last_state is not None and result.content_hash == self._last_state.content_hash:
-            if recovered:
+            if recovered or resync:
+                # A resync republishes the unchanged state as a new update: the
+                # reconciler skips it, unless its last good pass is old enough
+                # to be worth a repair pass (drift on the node).
                 out.value = SourceUpdate(state=self._last_state, error=None, at=now)
             return
         self._generation = result.generation
