@@ -293,12 +293,17 @@ class Host:
             manifest = Manifest.load(owner, self._manifest_dir())
             work = _Work(self, manifest)
             wanted_paths: set[str] = set()
-            for art in wanted:
-                norm = _norm(art.path)
-                wanted_paths.add(norm)
-                work.ensure_parents(norm)
-                work.place(art, norm)
-            work.remove_unwanted(wanted_paths)
+            try:
+                for art in wanted:
+                    norm = _norm(art.path)
+                    wanted_paths.add(norm)
+                    work.ensure_parents(norm)
+                    work.place(art, norm)
+                work.remove_unwanted(wanted_paths)
+            finally:
+                # The journal already records what happened; an error leaves
+                # it for the next converge (or a fresh process) to fold in.
+                manifest.close()
             manifest.compact()
             return work.report()
 

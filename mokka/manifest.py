@@ -21,14 +21,17 @@ class Manifest:
     Persisted as a snapshot (``<owner>.json``) plus an append-only journal
     (``<owner>.journal``): a path is appended to the journal *before* it is
     created, so a process killed mid-batch still leaves a record of it.  A
-    journal line costs one ``write`` (no fsync: a killed process loses no
-    page cache; a crashed machine reboots the node anyway).
+    journal line costs one unbuffered ``write`` on a descriptor kept open for
+    the converge (no fsync: a killed process loses no page cache; a crashed
+    machine reboots the node anyway).  ``close`` (or ``compact``) ends it.
     """
 
     owner: str
     directory: Path
     entries: dict[str, str] = attrs.field(factory=dict)  # path -> kind
     backups: dict[str, str] = attrs.field(factory=dict)  # path -> backup file name
+    #: The journal, open for appending while this converge notes paths.
+    _journal: int | None = attrs.field(default=None, init=False, repr=False)
 
     @property
     def snapshot_path(self) -> Path:
@@ -64,14 +67,19 @@ class Manifest:
         return manifest
 
     def note(self, op: str, path: str, kind: str = "", backup: str = "") -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         record = {"op": op, "path": path}
         if kind:
             record["kind"] = kind
         if backup:
             record["backup"] = backup
-        with open(self.journal_path, "a", encoding="utf-8") as journal:
-            journal.write(json.dumps(record, separators=(",", ":")) + "\n")
+        if self._journal is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._journal = os.open(
+                self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+        # One write per record: a reader (another owner's converge) never
+        # sees half a line from a complete write.
+        os.write(self._journal, (json.dumps(record, separators=(",", ":")) + "\n").encode())
         if op == "add":
             self.entries[path] = kind
             if backup:
@@ -80,8 +88,15 @@ class Manifest:
             self.entries.pop(path, None)
             self.backups.pop(path, None)
 
+    def close(self) -> None:
+        """Close the journal descriptor (idempotent)."""
+        if self._journal is not None:
+            os.close(self._journal)
+            self._journal = None
+
     def compact(self) -> None:
         """Fold the journal into the snapshot; remove both when nothing is owned."""
+        self.close()
         if not self.entries:
             self.snapshot_path.unlink(missing_ok=True)
             self.journal_path.unlink(missing_ok=True)
