@@ -74,6 +74,34 @@ async def test_sigterm_exits_zero_and_leaves_the_root_as_it_was(node_root: Path,
     assert snapshot(node_root) == before
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_second_signal_during_teardown_changes_nothing(
+    node_root: Path, tmp_path: Path, signum: signal.Signals
+):
+    """Ctrl-C twice (or a second SIGTERM): teardown still completes, exit code 0, no traceback."""
+    before = snapshot(node_root)
+    with trio.fail_after(PROCESS_TIMEOUT):
+        daemon = await start_daemon(
+            "--root", str(node_root), "--health-addr", "127.0.0.1:0", cwd=tmp_path
+        )
+        try:
+            await daemon.wait_for_line(r"reconcile pass ok generation=1")
+            daemon.process.send_signal(signum)
+            await daemon.wait_for_line(r"tearing down")
+            daemon.process.send_signal(signum)
+            code = await daemon.process.wait()
+        finally:
+            if daemon.process.returncode is None:
+                daemon.process.kill()
+                await daemon.process.wait()
+        await daemon.drain()
+    log = "\n".join(daemon.lines)
+    assert code == 0, log
+    assert "Traceback" not in log
+    assert "teardown finished" in log
+    assert snapshot(node_root) == before
+
+
 async def test_ctrl_c_on_the_local_default_leaves_no_root_behind(tmp_path: Path):
     """``mokka`` with no root: ``./mokka-node`` is made and, after Ctrl-C, gone again."""
     with trio.fail_after(PROCESS_TIMEOUT):

@@ -169,12 +169,27 @@ class DaemonRunner:
         teardown lands in the (no longer read) channel instead of killing
         the process half-way through restoring the node; the deadline
         still bounds how long that takes.
+
+        Trio re-raises signals still queued when the receiver closes, into
+        the handlers that were in place before it: a second SIGTERM would
+        then kill the process (exit 143) right after a clean teardown, a
+        second Ctrl-C would end in a KeyboardInterrupt traceback.  So the
+        handlers "before" the receiver are SIG_IGN, set here: the leftover
+        signals are delivered into nothing, and the real handlers come back
+        afterwards.
         """
         if not self.handle_signals:
             yield None
             return
-        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            yield signals
+        originals = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+        try:
+            with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+                yield signals
+        finally:
+            for signum, handler in originals.items():
+                signal.signal(signum, handler)
 
     async def _watch_signals(self, signals) -> None:
         """Turn a signal into ``stop``: a cancelled scope with a reason, not an exception."""
