@@ -26,6 +26,9 @@ DRIVER_TOPOLOGY = f"{CONFIG_DIR}/topology.yaml"
 OVERRIDES = f"{CONFIG_DIR}/overrides.yaml"
 #: Fake sysfs (pcibus).
 SYS_ROOT = f"{STATE_ROOT}/sys"
+#: Mock InfiniBand tree (ib): stands for ``/`` under ``libmockfs.so``, so it
+#: holds ``sys/class/infiniband*`` and ``dev/infiniband`` below it.
+IB_ROOT = f"{STATE_ROOT}/ib"
 #: Topology overlay for NRI-injected containers (nvlink).
 TOPOLOGY_OVERLAY = f"{STATE_ROOT}/topology/topology.yaml"
 #: /proc/devices overlay (imex).

@@ -1,7 +1,7 @@
 """Where the package's built native artifacts live.
 
 The package build (``setup.py`` → ``native/build.py``) compiles the mock NVML
-library, the filesystem shim and the fallback ``nvidia-smi`` into
+library, the filesystem shim, the verbs shim and the fallback ``nvidia-smi`` into
 ``mokka/_native``.  ``MOKKA_NATIVE_DIR`` points elsewhere (a test build, an
 image that ships them separately).  A missing artifact is an explicit error,
 never a silent fallback, so a simulator reports "not built" instead of staging
@@ -21,6 +21,8 @@ PACKAGE_NATIVE_DIR = Path(__file__).resolve().parent / "_native"
 NVML_LIBRARY = "libnvidia-ml.so.1"
 MOCKFS_LIBRARY = "libmockfs.so"
 FALLBACK_NVIDIA_SMI = "nvidia-smi"
+#: The verbs shim (``native/ibshim``), staged by the ib simulator in ``full`` mode.
+IBSHIM_LIBRARY = "libibshim.so"
 
 
 def native_dir() -> Path:

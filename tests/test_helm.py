@@ -126,6 +126,7 @@ def test_default_render_container(helm: Helm) -> None:
         "--fabric-manager": "auto",
         "--fabric-manager-init-delay": "0",
         "--kmsg-style": "journald",
+        "--ib-mode": "auto",
         "--driver-publish": "auto",
         "--nfd-features-dir": "/etc/kubernetes/node-feature-discovery/features.d",
         "--container-runtime": "on",
@@ -363,6 +364,7 @@ def test_everything_set(helm: Helm) -> None:
     assert rendered["--fabric-manager"] == "on"
     assert rendered["--fabric-manager-init-delay"] == "5"
     assert rendered["--kmsg-style"] == "raw"
+    assert rendered["--ib-mode"] == "full"
     assert rendered["--driver-publish"] == "symlink"
     assert rendered["--nri-socket"] == "/run/nri/nri.sock"
     assert rendered["--shutdown-timeout"] == "40"
@@ -392,9 +394,13 @@ def test_schema_feature_gates_are_the_daemon_gates() -> None:
 def test_unquoted_on_off_in_a_values_file(helm: Helm, tmp_path: Path) -> None:
     """YAML 1.1 reads an unquoted on/off as a boolean; the chart still means on/off."""
     values_file = tmp_path / "modes.yaml"
-    values_file.write_text("nodeAgent:\n  imex:\n    mode: on\n  fabricManager:\n    mode: off\n")
+    values_file.write_text(
+        "nodeAgent:\n  imex:\n    mode: on\n  fabricManager:\n    mode: off\n"
+        "  ib:\n    mode: off\n"
+    )
     rendered = flags(helm.template(files=(values_file,)))
     assert (rendered["--imex"], rendered["--fabric-manager"]) == ("on", "off")
+    assert rendered["--ib-mode"] == "off"
 
 
 @pytest.mark.realclient
@@ -441,11 +447,13 @@ def test_scheduling_values(helm: Helm) -> None:
         (("nodeAgent.profile=h200",), "/nodeAgent/profile"),
         (("nodeAgent.imex.mode=sometimes",), "/nodeAgent/imex/mode"),
         (("nodeAgent.imex.archive.sha256=abc",), "/nodeAgent/imex/archive/sha256"),
+        (("nodeAgent.ib.mode=on",), "/nodeAgent/ib/mode"),
         (("nodeAgent.logFormat=xml",), "/nodeAgent/logFormat"),
         (("topology.domains[0].uuid=not-a-uuid",), "/topology/domains/0"),
         (("nodeAgent.featureGates.IMEXDownload=maybe",), "/nodeAgent/featureGates/IMEXDownload"),
     ],
-    ids=["number", "boolean", "profile", "mode", "sha256", "log-format", "topology-uuid", "gate"],
+    ids=["number", "boolean", "profile", "mode", "sha256", "ib-mode", "log-format",
+         "topology-uuid", "gate"],
 )
 def test_schema_rejects_wrong_types(helm: Helm, sets: tuple[str, ...], message: str) -> None:
     error = helm.template_error(None, *sets)
@@ -549,7 +557,7 @@ def test_rendered_flags_pass_the_daemon_and_simulator_validation(helm: Helm, nam
     from mokka.simulators.registry import load_plugins
 
     built = {plugin.name: plugin.build(namespace) for plugin in load_plugins()}
-    assert {"gpudriver", "cri", "imex", "fabricmanager", "kernellog"} <= set(built)
+    assert {"gpudriver", "cri", "imex", "fabricmanager", "kernellog", "ib"} <= set(built)
     # The grace period covers the agent's own teardown budget.
     grace = pod_spec(helm.template(VALUE_SETS[name]))["terminationGracePeriodSeconds"]
     assert grace >= settings.shutdown_timeout + 5

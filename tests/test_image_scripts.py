@@ -587,7 +587,7 @@ def test_containerfile_labels_match_the_project() -> None:
     # One version everywhere: the wheel, the image label, the chart's default tag.
     assert version_arg == project["version"] == chart["appVersion"]
     assert labels["org.opencontainers.image.version"] == "${VERSION}"
-    assert labels["org.opencontainers.image.licenses"] == project["license"]["text"]
+    assert labels["org.opencontainers.image.licenses"] == project["license"]
 
 
 def test_image_paths_are_the_simulators_defaults() -> None:

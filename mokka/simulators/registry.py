@@ -27,6 +27,7 @@ PLUGIN_MODULES: tuple[str, ...] = (
     "mokka.simulators.imex",
     "mokka.simulators.fabricmanager",
     "mokka.simulators.kernellog",
+    "mokka.simulators.ib",
 )
 
 

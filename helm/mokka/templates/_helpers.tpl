@@ -146,6 +146,8 @@ line contract (tests parse these with the agent's own argument parser).
 - {{ printf "--fabric-manager=%s" (include "mokka.mode" $a.fabricManager.mode) | quote }}
 - {{ printf "--fabric-manager-init-delay=%v" $a.fabricManager.initDelay | quote }}
 - {{ printf "--kmsg-style=%s" $a.kernelLog.style | quote }}
+{{- /* An unquoted `off` arrives as the boolean false. */}}
+- {{ printf "--ib-mode=%s" (ternary "off" $a.ib.mode (kindIs "bool" $a.ib.mode)) | quote }}
 - {{ printf "--driver-publish=%s" $a.driverPublish | quote }}
 - {{ printf "--nfd-features-dir=%s" $a.nfdFeaturesDir | quote }}
 - {{ printf "--container-runtime=%s" (include "mokka.onOff" $a.containerRuntime.enabled) | quote }}

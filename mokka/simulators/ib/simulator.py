@@ -1,0 +1,120 @@
+"""The ib simulator: mock InfiniBand HCAs for the tools that read sysfs (and verbs).
+
+Stage converges, in one ``Host.converge`` batch under the owner ``ib``:
+
+* the tree under ``mokka.layout.IB_ROOT`` (``sysfs.py``, values from
+  ``hca.py``): the three sysfs classes and ``/dev/infiniband``, one HCA per
+  ``State.infiniband.hca_count``;
+* the wrappers ``ibstat`` and ``ibstatus`` in the driver tree's ``usr/bin``
+  (``tools.py``);
+* in ``full`` mode also the verbs shim ``libibshim.so`` beside
+  ``libmockfs.so`` and an ``ibv_devinfo`` wrapper.
+
+When the effective mode is ``off`` (``--ib-mode off``, or ``auto`` on a
+profile without an enabled ``infiniband`` block) Stage converges the owner
+to nothing, so switching IB off at run time removes the tree.  Converging
+means fewer GPUs remove the surplus HCAs (``hca_count`` follows the GPU
+count); a second stage of the same state rewrites nothing.  Nothing is
+published outside the state root, so there is no Apply; and the tree is
+static, so there is no daemon either.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import trio
+
+from mokka import layout, native
+from mokka.host import Artifact, CopyOf, Host
+from mokka.simulators.base import Readiness
+from mokka.simulators.ib.hca import plan_hcas
+from mokka.simulators.ib.settings import IbSettings
+from mokka.simulators.ib.sysfs import tree_artifacts
+from mokka.simulators.ib.tools import FULL_TOOLS, SYSFS_TOOLS, wrapper_artifacts
+from mokka.state.model import State
+
+logger = logging.getLogger(__name__)
+
+#: Manifest owner of everything staged.
+OWNER = "ib"
+
+#: Where the verbs shim is staged in ``full`` mode (beside ``libmockfs.so``).
+IBSHIM_STAGED = f"{layout.DRIVER_LOCAL_LIB}/{native.IBSHIM_LIBRARY}"
+
+
+@attrs.define(eq=False)
+class IbSimulator:
+    """See the module docstring; implements ``Simulator``."""
+
+    settings: IbSettings = attrs.field(factory=IbSettings)
+    name: str = attrs.field(default="ib", init=False)
+    _readiness: Readiness = attrs.field(
+        factory=lambda: Readiness.not_ready("the InfiniBand tree is not staged yet"), init=False
+    )
+
+    @property
+    def readiness(self) -> Readiness:
+        return self._readiness
+
+    def plan(self, state: State) -> tuple[str, list[Artifact], int]:
+        """(effective mode, artifacts, HCA count) for ``state``; raises ``SpecError``.
+
+        Pure: nothing is read from or written to the node, so a bad profile
+        or a missing shim fails before the tree is touched.
+        """
+        mode = self.settings.effective_mode(state.infiniband is not None)
+        if mode == "off":
+            return mode, [], 0
+        hcas = plan_hcas(state)
+        artifacts = tree_artifacts(hcas)
+        if mode == "full":
+            library = native.artifact(native.IBSHIM_LIBRARY)
+            artifacts.append(CopyOf(IBSHIM_STAGED, library, mode=0o755))
+            artifacts += wrapper_artifacts(FULL_TOOLS)
+        else:
+            artifacts += wrapper_artifacts(SYSFS_TOOLS)
+        return mode, artifacts, len(hcas)
+
+    async def stage(self, host: Host, state: State) -> None:
+        try:
+            mode, artifacts, count = self.plan(state)
+            report = await trio.to_thread.run_sync(host.converge, OWNER, artifacts)
+        except Exception as exc:
+            self._readiness = Readiness.not_ready(f"stage failed: {exc}")
+            raise
+        if mode == "off":
+            why = "--ib-mode off" if self.settings.mode == "off" else (
+                "the profile has no enabled infiniband block"
+            )
+            summary = f"no InfiniBand HCAs ({why})"
+        elif count == 0:
+            summary = f"{mode}: empty InfiniBand classes (the profile has no infiniband block)"
+        else:
+            ib = state.infiniband
+            assert ib is not None
+            summary = (
+                f"{mode}: {count} HCA(s) mlx5_0..mlx5_{count - 1}, {ib.hca_type}, "
+                f"{ib.rate_gbps} Gb/s, port {ib.port_state}"
+            )
+        if report.degraded:
+            # Placeholder device nodes (no CAP_MKNOD): sysfs readers work, but
+            # nothing can open /dev/infiniband/*.
+            self._readiness = Readiness.not_ready("; ".join(report.degraded))
+        else:
+            self._readiness = Readiness.ok(summary)
+        if report.changed:
+            logger.info(
+                "ib staged generation %d: %s; %d created, %d updated, %d removed",
+                state.generation,
+                summary,
+                len(report.created),
+                len(report.updated),
+                len(report.removed),
+            )
+
+    async def discard(self, host: Host) -> None:
+        report = await trio.to_thread.run_sync(host.discard, OWNER)
+        self._readiness = Readiness.not_ready("the InfiniBand tree was discarded")
+        logger.info("ib discarded: %d path(s) removed", len(report.removed))

@@ -1,0 +1,57 @@
+"""Build target for ``libibshim.so``, the libibverbs LD_PRELOAD shim (ib ``full`` mode).
+
+``native/build.py`` loads this file and calls ``build(out_dir, cc)``.  Plain
+C against glibc: the few libibverbs structures the shim shares with
+applications are declared in ``ibshim_abi.h`` (rdma-core's headers are not
+needed, and the library does not link libibverbs: it finds the real
+functions with ``dlsym`` when inert).  ``-fvisibility=hidden`` keeps every
+helper out of the dynamic symbol table, so only the interposed entry points
+(marked ``IBSHIM_EXPORT``) are exported.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+#: The artifact name (``mokka.native.IBSHIM_LIBRARY``); literal here so the
+#: native build does not need the Python package importable.
+LIBRARY = "libibshim.so"
+
+SOURCES = ("tree.c", "verbs.c")
+
+CFLAGS = (
+    "-std=gnu11",
+    "-O2",
+    "-g",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wl,-z,defs",
+    "-Wl,-soname," + LIBRARY,
+)
+
+
+def build(out_dir: Path, cc: str) -> list[Path]:
+    """Compile the shim into ``out_dir/libibshim.so`` and return its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / LIBRARY
+    # Build beside the target and rename, so a concurrent reader never maps
+    # a half-written library.
+    partial = out_dir / f".{LIBRARY}.partial"
+    argv = [cc, *CFLAGS, "-o", str(partial), *(str(HERE / s) for s in SOURCES), "-ldl", "-pthread"]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(
+            f"native build: ibshim: {' '.join(argv)} failed with exit code "
+            f"{result.returncode}:\n{result.stderr}"
+        )
+    partial.replace(output)
+    return [output]
