@@ -171,7 +171,7 @@ const char *smi_brand(nvmlBrandType_t brand)
     }
 }
 
-void smi_cuda_version(char *out, size_t size)
+static void cuda_version(char *out, size_t size)
 {
     int v;
     if (nvmlSystemGetCudaDriverVersion_v2(&v) == NVML_SUCCESS)
@@ -180,11 +180,15 @@ void smi_cuda_version(char *out, size_t size)
         snprintf(out, size, "N/A");
 }
 
-void smi_timestamp(char *out, size_t size, const char *format)
+void smi_load_header(struct smi_header *h)
 {
     time_t now = time(NULL);
     struct tm tm;
     localtime_r(&now, &tm);
-    if (strftime(out, size, format, &tm) == 0 && size > 0)
-        out[0] = '\0';
+    if (strftime(h->stamp, sizeof h->stamp, "%a %b %e %H:%M:%S %Y", &tm) == 0)
+        h->stamp[0] = '\0';
+    /* A failed call leaves the buffer as it was, so this stays on failure. */
+    snprintf(h->driver, sizeof h->driver, "N/A");
+    nvmlSystemGetDriverVersion(h->driver, sizeof h->driver);
+    cuda_version(h->cuda, sizeof h->cuda);
 }

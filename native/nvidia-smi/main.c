@@ -90,12 +90,10 @@ static int list_gpus(void)
 
 static int version(void)
 {
-    char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "N/A";
+    struct smi_header h;
     char nvml[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = "N/A";
-    char cuda[16];
-    nvmlSystemGetDriverVersion(driver, sizeof driver);
+    smi_load_header(&h);
     nvmlSystemGetNVMLVersion(nvml, sizeof nvml);
-    smi_cuda_version(cuda, sizeof cuda);
     /* NVML spells its version "<cuda major>.<driver>"; the tool prints the driver part. */
     const char *shown = nvml;
     int dots = 0;
@@ -103,10 +101,10 @@ static int version(void)
         dots += *p == '.';
     if (dots >= 3)
         shown = strchr(nvml, '.') + 1;
-    printf("NVIDIA-SMI version  : %s\n", driver);
+    printf("NVIDIA-SMI version  : %s\n", h.driver);
     printf("NVML version        : %s\n", shown);
-    printf("DRIVER version      : %s\n", driver);
-    printf("CUDA Version        : %s\n", cuda);
+    printf("DRIVER version      : %s\n", h.driver);
+    printf("CUDA Version        : %s\n", h.cuda);
     return 0;
 }
 

@@ -158,14 +158,12 @@ int smi_report(const char *ids)
     if (n < 0)
         return SMI_EXIT_USAGE;
     nvmlDeviceGetCount(&count);
-    char stamp[64], driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "N/A", cuda[16];
-    smi_timestamp(stamp, sizeof stamp, "%a %b %e %H:%M:%S %Y");
-    nvmlSystemGetDriverVersion(driver, sizeof driver);
-    smi_cuda_version(cuda, sizeof cuda);
+    struct smi_header h;
+    smi_load_header(&h);
     printf("\n==============NVSMI LOG==============\n\n");
-    kv(0, "Timestamp", "%s", stamp);
-    kv(0, "Driver Version", "%s", driver);
-    kv(0, "CUDA Version", "%s", cuda);
+    kv(0, "Timestamp", "%s", h.stamp);
+    kv(0, "Driver Version", "%s", h.driver);
+    kv(0, "CUDA Version", "%s", h.cuda);
     printf("\n");
     kv(0, "Attached GPUs", "%u", count);
     for (int i = 0; i < n; i++) {

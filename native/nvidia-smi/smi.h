@@ -73,8 +73,15 @@ const char *smi_enabled(nvmlEnableState_t state);
 const char *smi_compute_mode(nvmlComputeMode_t mode);
 const char *smi_architecture(nvmlDeviceArchitecture_t arch);
 const char *smi_brand(nvmlBrandType_t brand);
-void smi_cuda_version(char *out, size_t size);
-void smi_timestamp(char *out, size_t size, const char *format);
+
+/* What the views print at their top, read the one way the real tool does:
+ * the driver version reads "N/A" when NVML has none. */
+struct smi_header {
+    char stamp[64]; /* local time, as the table's and -q's first line */
+    char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+    char cuda[16];
+};
+void smi_load_header(struct smi_header *h);
 
 int smi_table(void);
 int smi_query_gpu(const char *fields, const char *format, const char *ids);

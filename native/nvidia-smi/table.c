@@ -104,14 +104,13 @@ int smi_table(void)
     int count = smi_select(NULL, indices, 64);
     if (count < 0)
         return SMI_EXIT_USAGE;
-    char stamp[64], driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "N/A", cuda[16];
-    smi_timestamp(stamp, sizeof stamp, "%a %b %e %H:%M:%S %Y");
-    nvmlSystemGetDriverVersion(driver, sizeof driver);
-    smi_cuda_version(cuda, sizeof cuda);
+    struct smi_header h;
+    smi_load_header(&h);
     /* The fallback ships with the driver it simulates: it carries its version. */
-    printf("%s       \n", stamp);
+    printf("%s       \n", h.stamp);
     printf(WIDE_RULE "\n");
-    printf("| NVIDIA-SMI %-23sDriver Version: %-13sCUDA Version: %-9s|\n", driver, driver, cuda);
+    printf("| NVIDIA-SMI %-23sDriver Version: %-13sCUDA Version: %-9s|\n", h.driver, h.driver,
+           h.cuda);
     printf("|-----------------------------------------+----------------------+----------------------+\n");
     printf("| GPU  Name                 Persistence-M | Bus-Id        Disp.A | Volatile Uncorr. ECC |\n");
     printf("| Fan  Temp   Perf          Pwr:Usage/Cap |         Memory-Usage | GPU-Util  Compute M. |\n");

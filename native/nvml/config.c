@@ -343,6 +343,18 @@ int mock_dev_is(const struct mock_config *cfg, unsigned pos, const char *field,
     return value != NULL && strcasecmp(value, expected) == 0;
 }
 
+int mock_enum_lookup(const char *value, const struct mock_enum_name *table, size_t n,
+                     unsigned *out)
+{
+    for (size_t i = 0; value != NULL && i < n; i++) {
+        if (strcasecmp(value, table[i].name) == 0) {
+            *out = table[i].value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 nvmlReturn_t mock_copy_out(const char *value, char *buf, unsigned int length)
 {
     if (buf == NULL)

@@ -8,6 +8,9 @@
  * but not all are present, only those devices are enumerated (and numbered
  * from 0); when all or none are present, nothing is filtered.
  * MOCK_NVML_DEV_DIR points the check at another directory (tests).
+ *
+ * Getters answer through the call helpers of call.c; the enums' words are
+ * tables here, looked up by mock_enum_field.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,31 +64,6 @@ void mock_compute_visibility(struct mock_config *cfg)
         cfg->ordinal[pos] = (int)cfg->visible_count;
         cfg->visible[cfg->visible_count++] = pos;
     }
-}
-
-nvmlReturn_t mock_begin(struct mock_call *call, nvmlDevice_t device, enum mock_guard guard)
-{
-    call->cfg = mock_acquire();
-    if (call->cfg == NULL)
-        return NVML_ERROR_UNINITIALIZED;
-    if (!mock_handle_pos(device, &call->pos) || call->pos >= call->cfg->device_count) {
-        mock_end(call);
-        return NVML_ERROR_INVALID_ARGUMENT;
-    }
-    if (guard == MOCK_GUARDED) {
-        nvmlReturn_t r = mock_failure_check(call->cfg, call->pos);
-        if (r != NVML_SUCCESS) {
-            mock_end(call);
-            return r;
-        }
-    }
-    return NVML_SUCCESS;
-}
-
-void mock_end(struct mock_call *call)
-{
-    mock_release(call->cfg);
-    call->cfg = NULL;
 }
 
 int mock_find_bus_id(const struct mock_config *cfg, const char *bus_id, unsigned *pos)
@@ -149,17 +127,21 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_
     return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
-MOCK_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+/* The first visible device whose string `field` equals `wanted` under
+ * `compare` (strcmp or strcasecmp: the identifiers differ in that). */
+static nvmlReturn_t handle_by_string(const char *field, const char *wanted,
+                                     int (*compare)(const char *, const char *),
+                                     nvmlDevice_t *device)
 {
-    if (uuid == NULL || device == NULL)
+    if (wanted == NULL || device == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_config *cfg = mock_acquire();
     if (cfg == NULL)
         return NVML_ERROR_UNINITIALIZED;
     nvmlReturn_t r = NVML_ERROR_NOT_FOUND;
     for (unsigned i = 0; i < cfg->visible_count; i++) {
-        const char *value = mock_dev_get(cfg, cfg->visible[i], "uuid");
-        if (value != NULL && strcasecmp(value, uuid) == 0) {
+        const char *value = mock_dev_get(cfg, cfg->visible[i], field);
+        if (value != NULL && compare(value, wanted) == 0) {
             *device = mock_handle(cfg->visible[i]);
             r = NVML_SUCCESS;
             break;
@@ -167,6 +149,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *
     }
     mock_release(cfg);
     return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    /* UUIDs are hex: clients spell them in either case. */
+    return handle_by_string("uuid", uuid, strcasecmp, device);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device)
@@ -203,86 +191,42 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDe
 
 MOCK_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
 {
-    if (serial == NULL || device == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_config *cfg = mock_acquire();
-    if (cfg == NULL)
-        return NVML_ERROR_UNINITIALIZED;
-    nvmlReturn_t r = NVML_ERROR_NOT_FOUND;
-    for (unsigned i = 0; i < cfg->visible_count; i++) {
-        const char *value = mock_dev_get(cfg, cfg->visible[i], "serial");
-        if (value != NULL && strcmp(value, serial) == 0) {
-            *device = mock_handle(cfg->visible[i]);
-            r = NVML_SUCCESS;
-            break;
-        }
-    }
-    mock_release(cfg);
-    return r;
+    return handle_by_string("serial", serial, strcmp, device);
 }
 
 /* ---------------------------------------------------------------- identity */
 
-/* A device string field copied out NVML style. */
-static nvmlReturn_t string_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
-                                 char *buf, unsigned int length)
-{
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, guard);
-    if (r != NVML_SUCCESS)
-        return r;
-    r = mock_copy_out(mock_dev_get(c.cfg, c.pos, field), buf, length);
-    mock_end(&c);
-    return r;
-}
-
-/* A device unsigned field; NOT_SUPPORTED when the config has none. */
-static nvmlReturn_t uint_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
-                               unsigned int *out)
-{
-    if (out == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, guard);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!mock_dev_uint(c.cfg, c.pos, field, out))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
-}
-
 MOCK_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    return string_field(device, MOCK_IDENTITY, "name", name, length);
+    return mock_string_field(device, MOCK_IDENTITY, "name", name, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    return string_field(device, MOCK_IDENTITY, "uuid", uuid, length);
+    return mock_string_field(device, MOCK_IDENTITY, "uuid", uuid, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
 {
-    return string_field(device, MOCK_IDENTITY, "serial", serial, length);
+    return mock_string_field(device, MOCK_IDENTITY, "serial", serial, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber,
                                                    unsigned int length)
 {
-    return string_field(device, MOCK_GUARDED, "board_part_number", partNumber, length);
+    return mock_string_field(device, MOCK_GUARDED, "board_part_number", partNumber, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version,
                                                 unsigned int length)
 {
-    return string_field(device, MOCK_GUARDED, "vbios_version", version, length);
+    return mock_string_field(device, MOCK_GUARDED, "vbios_version", version, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version,
                                                        unsigned int length)
 {
-    return string_field(device, MOCK_GUARDED, "inforom.image_version", version, length);
+    return mock_string_field(device, MOCK_GUARDED, "inforom.image_version", version, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object,
@@ -310,7 +254,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInfor
 MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
 {
     /* NVIDIA documents the buffer as NVML_GSP_FIRMWARE_VERSION_BUF_SIZE (0x40). */
-    return string_field(device, MOCK_GUARDED, "gsp_firmware.version", version, 0x40);
+    return mock_string_field(device, MOCK_GUARDED, "gsp_firmware.version", version, 0x40);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled,
@@ -335,27 +279,27 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
 {
-    return uint_field(device, MOCK_IDENTITY, "minor", minorNumber);
+    return mock_uint_field(device, MOCK_IDENTITY, "minor", minorNumber);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t device, unsigned int *boardId)
 {
-    return uint_field(device, MOCK_GUARDED, "board_id", boardId);
+    return mock_uint_field(device, MOCK_GUARDED, "board_id", boardId);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId)
 {
-    return uint_field(device, MOCK_GUARDED, "module_id", moduleId);
+    return mock_uint_field(device, MOCK_GUARDED, "module_id", moduleId);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores)
 {
-    return uint_field(device, MOCK_GUARDED, "num_gpu_cores", numCores);
+    return mock_uint_field(device, MOCK_GUARDED, "num_gpu_cores", numCores);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned int *busWidth)
 {
-    return uint_field(device, MOCK_GUARDED, "memory.memory_bus_width", busWidth);
+    return mock_uint_field(device, MOCK_GUARDED, "memory.memory_bus_width", busWidth);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
@@ -374,56 +318,40 @@ MOCK_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *inde
     return r;
 }
 
+/* The enum outputs below are written through `unsigned *` (see
+ * struct mock_enum_name); these hold that for the types involved. */
+_Static_assert(sizeof(nvmlBrandType_t) == sizeof(unsigned), "brand is not unsigned-sized");
+_Static_assert(sizeof(nvmlComputeMode_t) == sizeof(unsigned), "compute mode size");
+_Static_assert(sizeof(nvmlGpuVirtualizationMode_t) == sizeof(unsigned), "virt. mode size");
+_Static_assert(sizeof(nvmlGpuOperationMode_t) == sizeof(unsigned), "GOM size");
+
+static const struct mock_enum_name BRANDS[] = {
+    {"nvidia", NVML_BRAND_NVIDIA},         {"tesla", NVML_BRAND_TESLA},
+    {"quadro", NVML_BRAND_QUADRO},         {"geforce", NVML_BRAND_GEFORCE},
+    {"titan", NVML_BRAND_TITAN},           {"nvidia_rtx", NVML_BRAND_NVIDIA_RTX},
+    {"quadro_rtx", NVML_BRAND_QUADRO_RTX}, {"geforce_rtx", NVML_BRAND_GEFORCE_RTX},
+    {"titan_rtx", NVML_BRAND_TITAN_RTX},   {"grid", NVML_BRAND_GRID},
+    {"nvs", NVML_BRAND_NVS},
+};
+
 MOCK_API nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
 {
-    static const struct {
-        const char *name;
-        nvmlBrandType_t brand;
-    } brands[] = {
-        {"nvidia", NVML_BRAND_NVIDIA},   {"tesla", NVML_BRAND_TESLA},
-        {"quadro", NVML_BRAND_QUADRO},   {"geforce", NVML_BRAND_GEFORCE},
-        {"titan", NVML_BRAND_TITAN},     {"nvidia_rtx", NVML_BRAND_NVIDIA_RTX},
-        {"quadro_rtx", NVML_BRAND_QUADRO_RTX}, {"geforce_rtx", NVML_BRAND_GEFORCE_RTX},
-        {"titan_rtx", NVML_BRAND_TITAN_RTX},   {"grid", NVML_BRAND_GRID},
-        {"nvs", NVML_BRAND_NVS},
-    };
-    if (type == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
-    if (r != NVML_SUCCESS)
-        return r;
-    *type = NVML_BRAND_UNKNOWN;
-    const char *value = mock_dev_get(c.cfg, c.pos, "brand");
-    for (size_t i = 0; value != NULL && i < sizeof brands / sizeof *brands; i++)
-        if (strcasecmp(value, brands[i].name) == 0)
-            *type = brands[i].brand;
-    mock_end(&c);
-    return r;
+    return mock_enum_field(device, MOCK_IDENTITY, "brand", BRANDS, MOCK_COUNT(BRANDS),
+                           NVML_BRAND_UNKNOWN, (unsigned *)type);
 }
+
+static const struct mock_enum_name ARCHITECTURES[] = {
+    {"kepler", NVML_DEVICE_ARCH_KEPLER}, {"maxwell", NVML_DEVICE_ARCH_MAXWELL},
+    {"pascal", NVML_DEVICE_ARCH_PASCAL}, {"volta", NVML_DEVICE_ARCH_VOLTA},
+    {"turing", NVML_DEVICE_ARCH_TURING}, {"ampere", NVML_DEVICE_ARCH_AMPERE},
+    {"ada", NVML_DEVICE_ARCH_ADA},       {"hopper", NVML_DEVICE_ARCH_HOPPER},
+    {"blackwell", NVML_DEVICE_ARCH_BLACKWELL},
+};
 
 MOCK_API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
 {
-    static const char *const names[] = {
-        [NVML_DEVICE_ARCH_KEPLER] = "kepler", [NVML_DEVICE_ARCH_MAXWELL] = "maxwell",
-        [NVML_DEVICE_ARCH_PASCAL] = "pascal", [NVML_DEVICE_ARCH_VOLTA] = "volta",
-        [NVML_DEVICE_ARCH_TURING] = "turing", [NVML_DEVICE_ARCH_AMPERE] = "ampere",
-        [NVML_DEVICE_ARCH_ADA] = "ada",       [NVML_DEVICE_ARCH_HOPPER] = "hopper",
-        [NVML_DEVICE_ARCH_BLACKWELL] = "blackwell",
-    };
-    if (arch == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
-    if (r != NVML_SUCCESS)
-        return r;
-    *arch = NVML_DEVICE_ARCH_UNKNOWN;
-    const char *value = mock_dev_get(c.cfg, c.pos, "architecture");
-    for (unsigned i = 0; value != NULL && i < sizeof names / sizeof *names; i++)
-        if (names[i] != NULL && strcasecmp(value, names[i]) == 0)
-            *arch = i;
-    mock_end(&c);
-    return r;
+    return mock_enum_field(device, MOCK_IDENTITY, "architecture", ARCHITECTURES,
+                           MOCK_COUNT(ARCHITECTURES), NVML_DEVICE_ARCH_UNKNOWN, arch);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
@@ -444,146 +372,91 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, in
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool)
 {
-    if (multiGpuBool == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r == NVML_SUCCESS) {
-        *multiGpuBool = 0;
-        mock_end(&c);
-    }
-    return r;
+    return mock_constant_uint(device, MOCK_GUARDED, 0, multiGpuBool);
 }
 
 /* ------------------------------------------------------------------- modes */
 
-/* An enable-state field ("enabled"/"disabled"/true/false). */
-static nvmlReturn_t enable_field(nvmlDevice_t device, const char *field, nvmlEnableState_t *out)
-{
-    if (out == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    int on;
-    if (mock_dev_bool(c.cfg, c.pos, field, &on))
-        *out = on ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-    else
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
-}
-
 MOCK_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
-    return enable_field(device, "persistence_mode", mode);
+    return mock_enable_field(device, MOCK_GUARDED, "persistence_mode", mode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
 {
-    return enable_field(device, "display.mode", display);
+    return mock_enable_field(device, MOCK_GUARDED, "display.mode", display);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
 {
-    return enable_field(device, "display.active", isActive);
+    return mock_enable_field(device, MOCK_GUARDED, "display.active", isActive);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
-    return enable_field(device, "accounting.mode", mode);
+    return mock_enable_field(device, MOCK_GUARDED, "accounting.mode", mode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device,
                                                         unsigned int *bufferSize)
 {
-    return uint_field(device, MOCK_GUARDED, "accounting.buffer_size", bufferSize);
+    return mock_uint_field(device, MOCK_GUARDED, "accounting.buffer_size", bufferSize);
 }
+
+static const struct mock_enum_name COMPUTE_MODES[] = {
+    {"default", NVML_COMPUTEMODE_DEFAULT},
+    {"exclusive_thread", NVML_COMPUTEMODE_EXCLUSIVE_THREAD},
+    {"prohibited", NVML_COMPUTEMODE_PROHIBITED},
+    {"exclusive_process", NVML_COMPUTEMODE_EXCLUSIVE_PROCESS},
+};
 
 MOCK_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
-    static const struct {
-        const char *name;
-        nvmlComputeMode_t mode;
-    } modes[] = {
-        {"default", NVML_COMPUTEMODE_DEFAULT},
-        {"exclusive_thread", NVML_COMPUTEMODE_EXCLUSIVE_THREAD},
-        {"prohibited", NVML_COMPUTEMODE_PROHIBITED},
-        {"exclusive_process", NVML_COMPUTEMODE_EXCLUSIVE_PROCESS},
-    };
-    if (mode == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    *mode = NVML_COMPUTEMODE_DEFAULT;
-    const char *value = mock_dev_get(c.cfg, c.pos, "compute_mode");
-    for (size_t i = 0; value != NULL && i < sizeof modes / sizeof *modes; i++)
-        if (strcasecmp(value, modes[i].name) == 0)
-            *mode = modes[i].mode;
-    mock_end(&c);
-    return r;
+    return mock_enum_field(device, MOCK_GUARDED, "compute_mode", COMPUTE_MODES,
+                           MOCK_COUNT(COMPUTE_MODES), NVML_COMPUTEMODE_DEFAULT, (unsigned *)mode);
 }
+
+static const struct mock_enum_name VIRTUALIZATION_MODES[] = {
+    {"none", NVML_GPU_VIRTUALIZATION_MODE_NONE},
+    {"passthrough", NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH},
+    {"pass-through", NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH},
+    {"vgpu", NVML_GPU_VIRTUALIZATION_MODE_VGPU},
+    {"host_vgpu", NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU},
+    {"host_vsga", NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA},
+};
 
 MOCK_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device,
                                                       nvmlGpuVirtualizationMode_t *pVirtualMode)
 {
-    static const struct {
-        const char *name;
-        nvmlGpuVirtualizationMode_t mode;
-    } modes[] = {
-        {"none", NVML_GPU_VIRTUALIZATION_MODE_NONE},
-        {"passthrough", NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH},
-        {"pass-through", NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH},
-        {"vgpu", NVML_GPU_VIRTUALIZATION_MODE_VGPU},
-        {"host_vgpu", NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU},
-        {"host_vsga", NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA},
-    };
-    if (pVirtualMode == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    *pVirtualMode = NVML_GPU_VIRTUALIZATION_MODE_NONE;
-    const char *value = mock_dev_get(c.cfg, c.pos, "virtualization.mode");
-    for (size_t i = 0; value != NULL && i < sizeof modes / sizeof *modes; i++)
-        if (strcasecmp(value, modes[i].name) == 0)
-            *pVirtualMode = modes[i].mode;
-    mock_end(&c);
-    return r;
+    return mock_enum_field(device, MOCK_GUARDED, "virtualization.mode", VIRTUALIZATION_MODES,
+                           MOCK_COUNT(VIRTUALIZATION_MODES), NVML_GPU_VIRTUALIZATION_MODE_NONE,
+                           (unsigned *)pVirtualMode);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device,
                                                     nvmlGpuOperationMode_t *current,
                                                     nvmlGpuOperationMode_t *pending)
 {
-    static const char *const names[] = {[NVML_GOM_ALL_ON] = "all_on",
-                                        [NVML_GOM_COMPUTE] = "compute",
-                                        [NVML_GOM_LOW_DP] = "low_dp"};
+    static const struct mock_enum_name modes[] = {
+        {"all_on", NVML_GOM_ALL_ON}, {"compute", NVML_GOM_COMPUTE}, {"low_dp", NVML_GOM_LOW_DP}};
     if (current == NULL || pending == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    const char *cur = mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.current");
-    const char *pend = mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.pending");
-    int found = 0;
-    for (unsigned i = 0; i < sizeof names / sizeof *names; i++) {
-        if (cur != NULL && strcasecmp(cur, names[i]) == 0) {
-            *current = (nvmlGpuOperationMode_t)i;
-            *pending = (nvmlGpuOperationMode_t)i;
-            found = 1;
-        }
+    unsigned cur, pend;
+    /* GOM exists only on some boards: no (known) current mode, no GOM. */
+    if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.current"), modes,
+                          MOCK_COUNT(modes), &cur)) {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.pending"), modes,
+                              MOCK_COUNT(modes), &pend))
+            pend = cur;
+        *current = (nvmlGpuOperationMode_t)cur;
+        *pending = (nvmlGpuOperationMode_t)pend;
     }
-    for (unsigned i = 0; found && i < sizeof names / sizeof *names; i++)
-        if (pend != NULL && strcasecmp(pend, names[i]) == 0)
-            *pending = (nvmlGpuOperationMode_t)i;
-    if (!found)
-        r = NVML_ERROR_NOT_SUPPORTED; /* GOM exists only on some boards */
     mock_end(&c);
     return r;
 }
@@ -595,23 +468,16 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *cu
 {
     if (currentMode == NULL || pendingMode == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
     int current, pending;
     /* No `mig` block: the board is not MIG capable (GFD reads NOT_SUPPORTED so). */
-    if (!mock_dev_bool(c.cfg, c.pos, "mig.mode_current", &current)) {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    } else {
-        if (!mock_dev_bool(c.cfg, c.pos, "mig.mode_pending", &pending))
-            pending = current;
+    nvmlReturn_t r = mock_mode_pair(device, "mig.mode_current", "mig.mode_pending", &current,
+                                    &pending);
+    if (r == NVML_SUCCESS) {
         /* MIG partitions are not simulated: report what the profile says
          * for the mode, but never hand out MIG device handles. */
         *currentMode = current ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
         *pendingMode = pending ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     }
-    mock_end(&c);
     return r;
 }
 
@@ -648,13 +514,5 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, u
 
 MOCK_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
 {
-    if (isMigDevice == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
-    if (r != NVML_SUCCESS)
-        return r;
-    *isMigDevice = 0;
-    mock_end(&c);
-    return r;
+    return mock_constant_uint(device, MOCK_IDENTITY, 0, isMigDevice);
 }

@@ -52,10 +52,9 @@ MOCK_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 {
     if (set == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_config *cfg = mock_acquire();
-    if (cfg == NULL)
-        return NVML_ERROR_UNINITIALIZED;
-    mock_release(cfg);
+    nvmlReturn_t r = mock_require_init();
+    if (r != NVML_SUCCESS)
+        return r;
     struct nvmlEventSet_st *s = calloc(1, sizeof *s);
     if (s == NULL)
         return NVML_ERROR_MEMORY;
@@ -78,15 +77,7 @@ MOCK_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 MOCK_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
                                                        unsigned long long *eventTypes)
 {
-    if (eventTypes == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    *eventTypes = SUPPORTED_EVENTS;
-    mock_end(&c);
-    return r;
+    return mock_constant_u64(device, MOCK_GUARDED, SUPPORTED_EVENTS, eventTypes);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,

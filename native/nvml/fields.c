@@ -53,17 +53,19 @@ static int ecc_field(unsigned field, nvmlEccCounterType_t *counter, nvmlMemoryEr
         return 1;
     }
     /* 7..16 volatile and 18..27 aggregate: SBE/DBE pairs per location. */
-    if (field >= NVML_FI_DEV_ECC_SBE_VOL_L1 && field <= NVML_FI_DEV_ECC_DBE_VOL_TEX) {
-        unsigned i = field - NVML_FI_DEV_ECC_SBE_VOL_L1;
+    static const struct {
+        unsigned first, last;
+        nvmlEccCounterType_t counter;
+    } ranges[] = {
+        {NVML_FI_DEV_ECC_SBE_VOL_L1, NVML_FI_DEV_ECC_DBE_VOL_TEX, NVML_VOLATILE_ECC},
+        {NVML_FI_DEV_ECC_SBE_AGG_L1, NVML_FI_DEV_ECC_DBE_AGG_TEX, NVML_AGGREGATE_ECC},
+    };
+    for (size_t r = 0; r < MOCK_COUNT(ranges); r++) {
+        if (field < ranges[r].first || field > ranges[r].last)
+            continue;
+        unsigned i = field - ranges[r].first;
         *type = i % 2 ? dbe : sbe;
-        *counter = NVML_VOLATILE_ECC;
-        *where = locations[i / 2];
-        return 1;
-    }
-    if (field >= NVML_FI_DEV_ECC_SBE_AGG_L1 && field <= NVML_FI_DEV_ECC_DBE_AGG_TEX) {
-        unsigned i = field - NVML_FI_DEV_ECC_SBE_AGG_L1;
-        *type = i % 2 ? dbe : sbe;
-        *counter = NVML_AGGREGATE_ECC;
+        *counter = ranges[r].counter;
         *where = locations[i / 2];
         return 1;
     }

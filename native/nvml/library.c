@@ -296,6 +296,16 @@ void mock_release(struct mock_config *cfg)
     drop_ref(cfg);
 }
 
+nvmlReturn_t mock_require_init(void)
+{
+    /* Acquiring also re-reads a changed config, as every call does. */
+    struct mock_config *cfg = mock_acquire();
+    if (cfg == NULL)
+        return NVML_ERROR_UNINITIALIZED;
+    mock_release(cfg);
+    return NVML_SUCCESS;
+}
+
 /* Frees process-wide state when the library is unloaded, so leak checkers
  * see a clean exit even when a client never calls nvmlShutdown. */
 __attribute__((destructor)) static void library_cleanup(void)

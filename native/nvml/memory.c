@@ -16,9 +16,10 @@ struct fb_usage {
     unsigned long long total, reserved, used, free;
 };
 
-/* 0 when the profile has no memory size. */
-static int fb_usage(const struct mock_config *cfg, unsigned pos, struct fb_usage *fb)
+/* A mock_reader: 0 when the profile has no memory size. */
+static int fb_usage(const struct mock_config *cfg, unsigned pos, void *out)
 {
+    struct fb_usage *fb = out;
     memset(fb, 0, sizeof *fb);
     if (!mock_dev_u64(cfg, pos, "memory.total_bytes", &fb->total))
         return 0;
@@ -36,19 +37,14 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t 
 {
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
     struct fb_usage fb;
-    if (fb_usage(c.cfg, c.pos, &fb)) {
+    nvmlReturn_t r = mock_read(device, fb_usage, &fb);
+    if (r == NVML_SUCCESS) {
+        /* The old view counts the driver's reservation as used. */
         memory->total = fb.total;
         memory->used = fb.used + fb.reserved;
         memory->free = fb.free;
-    } else {
-        r = NVML_ERROR_NOT_SUPPORTED;
     }
-    mock_end(&c);
     return r;
 }
 
@@ -58,20 +54,14 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
         return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
     struct fb_usage fb;
-    if (fb_usage(c.cfg, c.pos, &fb)) {
+    nvmlReturn_t r = mock_read(device, fb_usage, &fb);
+    if (r == NVML_SUCCESS) {
         memory->total = fb.total;
         memory->reserved = fb.reserved;
         memory->used = fb.used;
         memory->free = fb.free;
-    } else {
-        r = NVML_ERROR_NOT_SUPPORTED;
     }
-    mock_end(&c);
     return r;
 }
 
@@ -122,40 +112,25 @@ MOCK_API nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t 
 
 /* --------------------------------------------------------------------- ECC */
 
-static nvmlReturn_t ecc_modes(nvmlDevice_t device, const char *first, const char *second,
-                              nvmlEnableState_t *a, nvmlEnableState_t *b)
-{
-    if (a == NULL || (second != NULL && b == NULL))
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    int on, pending;
-    if (!mock_dev_bool(c.cfg, c.pos, first, &on)) {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    } else {
-        *a = on ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-        if (second != NULL) {
-            if (!mock_dev_bool(c.cfg, c.pos, second, &pending))
-                pending = on;
-            *b = pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-        }
-    }
-    mock_end(&c);
-    return r;
-}
-
 MOCK_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
                                            nvmlEnableState_t *pending)
 {
-    return ecc_modes(device, "ecc.mode_current", "ecc.mode_pending", current, pending);
+    if (current == NULL || pending == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int on, pending_on;
+    nvmlReturn_t r =
+        mock_mode_pair(device, "ecc.mode_current", "ecc.mode_pending", &on, &pending_on);
+    if (r == NVML_SUCCESS) {
+        *current = mock_enable_state(on);
+        *pending = mock_enable_state(pending_on);
+    }
+    return r;
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device,
                                                   nvmlEnableState_t *defaultMode)
 {
-    return ecc_modes(device, "ecc.default_mode", NULL, defaultMode, NULL);
+    return mock_enable_field(device, MOCK_GUARDED, "ecc.default_mode", defaultMode);
 }
 
 /* Reads one ECC counter.  Profiles spell counters two ways, both accepted:
@@ -200,6 +175,21 @@ static int valid_ecc_args(nvmlMemoryErrorType_t type, nvmlEccCounterType_t count
            (unsigned)counter < NVML_ECC_COUNTER_TYPE_COUNT;
 }
 
+/* One ECC counter in one guarded call; the caller validated the args. */
+static nvmlReturn_t ecc_counter(nvmlDevice_t device, nvmlMemoryErrorType_t type,
+                                nvmlEccCounterType_t counter, const char *location,
+                                unsigned long long *out)
+{
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!mock_ecc_count(c.cfg, c.pos, type, counter, location, out))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
                                                   nvmlMemoryErrorType_t errorType,
                                                   nvmlEccCounterType_t counterType,
@@ -207,14 +197,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
 {
     if (eccCounts == NULL || !valid_ecc_args(errorType, counterType))
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!mock_ecc_count(c.cfg, c.pos, errorType, counterType, "total", eccCounts))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
+    return ecc_counter(device, errorType, counterType, "total", eccCounts);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device,
@@ -256,16 +239,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device,
         [NVML_MEMORY_LOCATION_SRAM] = "sram",
     };
     if (count == NULL || !valid_ecc_args(errorType, counterType) ||
-        (unsigned)locationType >= sizeof locations / sizeof *locations)
+        (unsigned)locationType >= MOCK_COUNT(locations))
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!mock_ecc_count(c.cfg, c.pos, errorType, counterType, locations[locationType], count))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
+    return ecc_counter(device, errorType, counterType, locations[locationType], count);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device,
@@ -318,22 +294,16 @@ static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t
         }
         count = 0; /* a count without addresses lists no pages */
     }
-    if (addresses == NULL || *pageCount == 0) {
-        *pageCount = count;
-    } else {
-        unsigned n = count < *pageCount ? count : *pageCount;
-        for (unsigned i = 0; i < n; i++) {
-            unsigned long long address = 0;
-            snprintf(field, sizeof field, "%s.addresses.%u", block, i);
-            mock_dev_u64(c.cfg, c.pos, field, &address);
-            addresses[i] = address;
-            if (timestamps != NULL)
-                timestamps[i] = 0;
-        }
-        if (count > *pageCount)
-            r = NVML_ERROR_INSUFFICIENT_SIZE;
-        *pageCount = count;
+    unsigned room = mock_list_room(addresses, pageCount);
+    for (unsigned i = 0; i < count && i < room; i++) {
+        unsigned long long address = 0;
+        snprintf(field, sizeof field, "%s.addresses.%u", block, i);
+        mock_dev_u64(c.cfg, c.pos, field, &address);
+        addresses[i] = address;
+        if (timestamps != NULL)
+            timestamps[i] = 0;
     }
+    r = mock_list_result(addresses, pageCount, count);
     mock_end(&c);
     return r;
 }
@@ -358,19 +328,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device,
 MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
                                                              nvmlEnableState_t *isPending)
 {
-    if (isPending == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    int pending;
-    if (mock_dev_bool(c.cfg, c.pos, "retired_pages.pending_retirement", &pending))
-        *isPending = pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-    else
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
+    return mock_enable_field(device, MOCK_GUARDED, "retired_pages.pending_retirement", isPending);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
@@ -518,13 +476,6 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t de
                                                                  nvmlProcessInfo_t *infos)
 {
     (void)infos;
-    if (infoCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    *infoCount = 0; /* no MPS server runs on a simulated GPU */
-    mock_end(&c);
-    return r;
+    /* No MPS server runs on a simulated GPU. */
+    return mock_constant_uint(device, MOCK_GUARDED, 0, infoCount);
 }

@@ -49,17 +49,25 @@ static nvmlReturn_t begin_link(struct mock_call *c, nvmlDevice_t device, unsigne
     return NVML_SUCCESS;
 }
 
+/* A whole call for the link queries whose answer is the same for every
+ * simulated link: it only checks the device and the link. */
+static nvmlReturn_t check_link(nvmlDevice_t device, unsigned link)
+{
+    struct mock_call c;
+    nvmlReturn_t r = begin_link(&c, device, link);
+    if (r == NVML_SUCCESS)
+        mock_end(&c);
+    return r;
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
                                                nvmlEnableState_t *isActive)
 {
     if (isActive == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
-    if (r != NVML_SUCCESS)
-        return r;
-    *isActive = NVML_FEATURE_ENABLED;
-    mock_end(&c);
+    nvmlReturn_t r = check_link(device, link);
+    if (r == NVML_SUCCESS)
+        *isActive = NVML_FEATURE_ENABLED; /* every link the board has is up */
     return r;
 }
 
@@ -137,14 +145,10 @@ static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t
         if (full)
             snprintf(pci->busId, sizeof pci->busId, "%s", bus_id);
         unsigned peer;
-        if (mock_find_bus_id(c.cfg, bus_id, &peer)) {
-            unsigned v = 0, d = 0;
-            mock_dev_uint(c.cfg, peer, "pci.vendor_id", &v);
-            mock_dev_uint(c.cfg, peer, "pci.device_id", &d);
-            pci->pciDeviceId = (d << 16) | v;
-        } else {
+        if (mock_find_bus_id(c.cfg, bus_id, &peer))
+            pci->pciDeviceId = mock_pci_device_id(c.cfg, peer);
+        else
             pci->pciDeviceId = 0x10de; /* an NVSwitch: NVIDIA's vendor id */
-        }
     }
     mock_end(&c);
     return r;
@@ -171,14 +175,14 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, u
     nvmlReturn_t r = begin_link(&c, device, link);
     if (r != NVML_SUCCESS)
         return r;
+    static const struct mock_enum_name types[] = {{"switch", NVML_NVLINK_DEVICE_TYPE_SWITCH},
+                                                  {"gpu", NVML_NVLINK_DEVICE_TYPE_GPU}};
     char field[64];
     snprintf(field, sizeof field, "nvlink.link.%u.remote_type", link);
-    if (mock_dev_is(c.cfg, c.pos, field, "switch"))
-        *pNvLinkDeviceType = NVML_NVLINK_DEVICE_TYPE_SWITCH;
-    else if (mock_dev_is(c.cfg, c.pos, field, "gpu"))
-        *pNvLinkDeviceType = NVML_NVLINK_DEVICE_TYPE_GPU;
-    else
-        *pNvLinkDeviceType = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    unsigned type;
+    if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, field), types, MOCK_COUNT(types), &type))
+        type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    *pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)type;
     mock_end(&c);
     return r;
 }
@@ -189,12 +193,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsig
 {
     if (counterValue == NULL || (unsigned)counter >= NVML_NVLINK_ERROR_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
-    if (r != NVML_SUCCESS)
-        return r;
-    *counterValue = 0; /* simulated links never see replays or CRC errors */
-    mock_end(&c);
+    nvmlReturn_t r = check_link(device, link);
+    if (r == NVML_SUCCESS)
+        *counterValue = 0; /* simulated links never see replays or CRC errors */
     return r;
 }
 
@@ -224,29 +225,34 @@ static int parse_uuid(const char *text, unsigned char out[16])
     return n == 32;
 }
 
-struct fabric {
-    unsigned char cluster_uuid[16];
-    unsigned clique_id;
-    nvmlGpuFabricState_t state;
+/* The states a profile may pin; `auto` follows the fabric manager. */
+static const struct mock_enum_name FABRIC_STATES[] = {
+    {"completed", NVML_GPU_FABRIC_STATE_COMPLETED},
+    {"in_progress", NVML_GPU_FABRIC_STATE_IN_PROGRESS},
+    {"not_started", NVML_GPU_FABRIC_STATE_NOT_STARTED},
 };
 
-/* Resolves the device's fabric identity; 0 when the profile has none. */
-static int fabric_of(const struct mock_config *cfg, unsigned pos, struct fabric *f)
+/* A mock_reader: the device's fabric identity in the v1 record, which
+ * every version of the query starts from; 0 (and `out` untouched) when the
+ * profile has none. */
+static int fabric_of(const struct mock_config *cfg, unsigned pos, void *out)
 {
+    nvmlGpuFabricInfo_t *f = out;
     const char *state = mock_dev_get(cfg, pos, "fabric.state");
     if (state == NULL)
         return 0;
-    memset(f, 0, sizeof *f);
+    /* Field by field, not memset: the record is the caller's (v1), and
+     * NVML writes its fields, not its padding. */
+    memset(f->clusterUuid, 0, sizeof f->clusterUuid);
+    f->status = NVML_SUCCESS;
+    f->cliqueId = 0;
     const char *uuid = mock_dev_get(cfg, pos, "fabric.cluster_uuid");
-    if (uuid != NULL && !parse_uuid(uuid, f->cluster_uuid))
-        memset(f->cluster_uuid, 0, sizeof f->cluster_uuid);
-    mock_dev_uint(cfg, pos, "fabric.clique_id", &f->clique_id);
-    if (strcasecmp(state, "completed") == 0) {
-        f->state = NVML_GPU_FABRIC_STATE_COMPLETED;
-    } else if (strcasecmp(state, "in_progress") == 0) {
-        f->state = NVML_GPU_FABRIC_STATE_IN_PROGRESS;
-    } else if (strcasecmp(state, "not_started") == 0) {
-        f->state = NVML_GPU_FABRIC_STATE_NOT_STARTED;
+    if (uuid != NULL && !parse_uuid(uuid, f->clusterUuid))
+        memset(f->clusterUuid, 0, sizeof f->clusterUuid);
+    mock_dev_uint(cfg, pos, "fabric.clique_id", &f->cliqueId);
+    unsigned fixed;
+    if (mock_enum_lookup(state, FABRIC_STATES, MOCK_COUNT(FABRIC_STATES), &fixed)) {
+        f->state = (nvmlGpuFabricState_t)fixed;
     } else if (strcasecmp(state, "auto") == 0) {
         /* Registered once the fabric manager has written its marker. */
         const char *marker = mock_cfg_get(cfg, "paths.fabric_ready_marker");
@@ -268,21 +274,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device,
 {
     if (gpuFabricInfo == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    struct fabric f;
-    if (!fabric_of(c.cfg, c.pos, &f)) {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    } else {
-        memcpy(gpuFabricInfo->clusterUuid, f.cluster_uuid, sizeof f.cluster_uuid);
-        gpuFabricInfo->status = NVML_SUCCESS;
-        gpuFabricInfo->cliqueId = f.clique_id;
-        gpuFabricInfo->state = f.state;
-    }
-    mock_end(&c);
-    return r;
+    return mock_read(device, fabric_of, gpuFabricInfo);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
@@ -293,17 +285,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
     unsigned version = gpuFabricInfo->version;
     if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    struct fabric f;
-    if (!fabric_of(c.cfg, c.pos, &f)) {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    } else {
-        memcpy(gpuFabricInfo->clusterUuid, f.cluster_uuid, sizeof f.cluster_uuid);
-        gpuFabricInfo->status = NVML_SUCCESS;
-        gpuFabricInfo->cliqueId = f.clique_id;
+    nvmlGpuFabricInfo_t f;
+    nvmlReturn_t r = mock_read(device, fabric_of, &f);
+    if (r == NVML_SUCCESS) {
+        memcpy(gpuFabricInfo->clusterUuid, f.clusterUuid, sizeof f.clusterUuid);
+        gpuFabricInfo->status = f.status;
+        gpuFabricInfo->cliqueId = f.cliqueId;
         gpuFabricInfo->state = f.state;
         /* A registered fabric is healthy: full bandwidth, no recovery. */
         int done = f.state == NVML_GPU_FABRIC_STATE_COMPLETED;
@@ -321,7 +308,6 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
             gpuFabricInfo->healthSummary = done ? NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
                                                 : NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
     }
-    mock_end(&c);
     return r;
 }
 
@@ -332,18 +318,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     if (mode->version != nvmlDeviceAddressingMode_v1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (mock_dev_is(c.cfg, c.pos, "addressing_mode", "hmm"))
-        mode->value = NVML_DEVICE_ADDRESSING_MODE_HMM;
-    else if (mock_dev_is(c.cfg, c.pos, "addressing_mode", "ats"))
-        mode->value = NVML_DEVICE_ADDRESSING_MODE_ATS;
-    else if (mock_dev_is(c.cfg, c.pos, "addressing_mode", "none"))
-        mode->value = NVML_DEVICE_ADDRESSING_MODE_NONE;
-    else
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
+    static const struct mock_enum_name modes[] = {{"hmm", NVML_DEVICE_ADDRESSING_MODE_HMM},
+                                                  {"ats", NVML_DEVICE_ADDRESSING_MODE_ATS},
+                                                  {"none", NVML_DEVICE_ADDRESSING_MODE_NONE}};
+    /* No (known) mode in the profile: the board predates the query. */
+    return mock_enum_field(device, MOCK_GUARDED, "addressing_mode", modes, MOCK_COUNT(modes),
+                           MOCK_ENUM_REQUIRED, &mode->value);
 }

@@ -15,20 +15,30 @@
 
 #include "mock.h"
 
+/* NVML packs device and vendor ids into one word: 0x233010DE. */
+static unsigned packed_id(const struct mock_config *cfg, unsigned pos, const char *vendor_field,
+                          const char *device_field)
+{
+    unsigned v = 0, d = 0;
+    mock_dev_uint(cfg, pos, vendor_field, &v);
+    mock_dev_uint(cfg, pos, device_field, &d);
+    return (d << 16) | (v & 0xffff);
+}
+
+unsigned mock_pci_device_id(const struct mock_config *cfg, unsigned pos)
+{
+    return packed_id(cfg, pos, "pci.vendor_id", "pci.device_id");
+}
+
 /* Fills the PCI fields every nvmlPciInfo_t version shares. */
 static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci, int full)
 {
-    unsigned v = 0, d = 0, sv = 0, sd = 0;
     mock_dev_uint(cfg, pos, "pci.domain", &pci->domain);
     mock_dev_uint(cfg, pos, "pci.bus", &pci->bus);
     mock_dev_uint(cfg, pos, "pci.slot", &pci->device);
-    mock_dev_uint(cfg, pos, "pci.vendor_id", &v);
-    mock_dev_uint(cfg, pos, "pci.device_id", &d);
-    mock_dev_uint(cfg, pos, "pci.subsystem_vendor_id", &sv);
-    mock_dev_uint(cfg, pos, "pci.subsystem_device_id", &sd);
-    /* NVML packs device and vendor ids: 0x233010DE. */
-    pci->pciDeviceId = (d << 16) | (v & 0xffff);
-    pci->pciSubSystemId = (sd << 16) | (sv & 0xffff);
+    pci->pciDeviceId = mock_pci_device_id(cfg, pos);
+    pci->pciSubSystemId =
+        packed_id(cfg, pos, "pci.subsystem_vendor_id", "pci.subsystem_device_id");
     const char *legacy = mock_dev_get(cfg, pos, "pci.bus_id_legacy");
     snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", legacy ? legacy : "");
     if (full) {
@@ -37,7 +47,10 @@ static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t 
     }
 }
 
-MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+/* The PCI info of a device; `full` 0 for the v1 record, which ended
+ * after pciSubSystemId plus 16 reserved bytes, so the 32-byte busId must
+ * not be written in full. */
+static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci, int full)
 {
     if (pci == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -45,10 +58,15 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t
     nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
     if (r != NVML_SUCCESS)
         return r;
-    memset(pci, 0, sizeof *pci);
-    fill_pci(c.cfg, c.pos, pci, 1);
+    memset(pci, 0, full ? sizeof *pci : offsetof(nvmlPciInfo_t, busId));
+    fill_pci(c.cfg, c.pos, pci, full);
     mock_end(&c);
     return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    return pci_info(device, pci, 1);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
@@ -58,18 +76,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
-    /* The v1 struct ended after pciSubSystemId plus 16 reserved bytes, so
-     * the 32-byte busId must not be written in full. */
-    if (pci == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
-    if (r != NVML_SUCCESS)
-        return r;
-    memset(pci, 0, offsetof(nvmlPciInfo_t, busId));
-    fill_pci(c.cfg, c.pos, pci, 0);
-    mock_end(&c);
-    return r;
+    return pci_info(device, pci, 0);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
@@ -97,53 +104,39 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoEx
     return r;
 }
 
-static nvmlReturn_t pcie_field(nvmlDevice_t device, const char *field, unsigned int *out)
-{
-    if (out == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!mock_dev_uint(c.cfg, c.pos, field, out))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
-}
-
 MOCK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device,
                                                          unsigned int *maxLinkGen)
 {
-    return pcie_field(device, "pcie.max_link_gen", maxLinkGen);
+    return mock_uint_field(device, MOCK_GUARDED, "pcie.max_link_gen", maxLinkGen);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device,
                                                             unsigned int *maxLinkGenDevice)
 {
-    return pcie_field(device, "pcie.max_link_gen", maxLinkGenDevice);
+    return mock_uint_field(device, MOCK_GUARDED, "pcie.max_link_gen", maxLinkGenDevice);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device,
                                                           unsigned int *currLinkGen)
 {
-    return pcie_field(device, "pcie.current_link_gen", currLinkGen);
+    return mock_uint_field(device, MOCK_GUARDED, "pcie.current_link_gen", currLinkGen);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device,
                                                     unsigned int *maxLinkWidth)
 {
-    return pcie_field(device, "pcie.max_link_width", maxLinkWidth);
+    return mock_uint_field(device, MOCK_GUARDED, "pcie.max_link_width", maxLinkWidth);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device,
                                                      unsigned int *currLinkWidth)
 {
-    return pcie_field(device, "pcie.current_link_width", currLinkWidth);
+    return mock_uint_field(device, MOCK_GUARDED, "pcie.current_link_width", currLinkWidth);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
 {
-    return pcie_field(device, "pcie.replay_counter", value);
+    return mock_uint_field(device, MOCK_GUARDED, "pcie.replay_counter", value);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *pcieSpeed)
@@ -151,7 +144,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *
     /* Per-lane transfer rate in MT/s of the current generation. */
     static const unsigned rates[] = {0, 2500, 5000, 8000, 16000, 32000, 64000};
     unsigned gen;
-    nvmlReturn_t r = pcie_field(device, "pcie.current_link_gen", &gen);
+    nvmlReturn_t r = mock_uint_field(device, MOCK_GUARDED, "pcie.current_link_gen", &gen);
     if (r != NVML_SUCCESS)
         return r;
     if (pcieSpeed == NULL || gen >= sizeof rates / sizeof *rates)
@@ -165,9 +158,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device,
                                                   unsigned int *value)
 {
     if (counter == NVML_PCIE_UTIL_TX_BYTES)
-        return pcie_field(device, "pcie.tx_throughput_kbps", value);
+        return mock_uint_field(device, MOCK_GUARDED, "pcie.tx_throughput_kbps", value);
     if (counter == NVML_PCIE_UTIL_RX_BYTES)
-        return pcie_field(device, "pcie.rx_throughput_kbps", value);
+        return mock_uint_field(device, MOCK_GUARDED, "pcie.rx_throughput_kbps", value);
     return NVML_ERROR_INVALID_ARGUMENT;
 }
 
@@ -217,24 +210,16 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device,
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    unsigned found = 0;
+    unsigned found = 0, room = mock_list_room(deviceArray, count);
     for (unsigned i = 0; i < c.cfg->visible_count; i++) {
         unsigned p = c.cfg->visible[i];
         if (p == c.pos || mock_topology_level(c.cfg, c.pos, p) > level)
             continue;
-        if (deviceArray != NULL && found < *count)
+        if (found < room)
             deviceArray[found] = mock_handle(p);
         found++;
     }
-    /* NVML's contract: a NULL array or a zero count asks for the size. */
-    if (deviceArray == NULL || *count == 0) {
-        *count = found;
-    } else if (found > *count) {
-        *count = found;
-        r = NVML_ERROR_INSUFFICIENT_SIZE;
-    } else {
-        *count = found;
-    }
+    r = mock_list_result(deviceArray, count, found);
     mock_end(&c);
     return r;
 }
@@ -248,17 +233,10 @@ MOCK_API nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsign
     struct mock_config *cfg = mock_acquire();
     if (cfg == NULL)
         return NVML_ERROR_UNINITIALIZED;
-    nvmlReturn_t r = NVML_SUCCESS;
-    if (deviceArray == NULL || *count == 0) {
-        *count = cfg->visible_count;
-    } else {
-        unsigned n = cfg->visible_count < *count ? cfg->visible_count : *count;
-        for (unsigned i = 0; i < n; i++)
-            deviceArray[i] = mock_handle(cfg->visible[i]);
-        if (cfg->visible_count > *count)
-            r = NVML_ERROR_INSUFFICIENT_SIZE;
-        *count = cfg->visible_count;
-    }
+    unsigned room = mock_list_room(deviceArray, count);
+    for (unsigned i = 0; i < cfg->visible_count && i < room; i++)
+        deviceArray[i] = mock_handle(cfg->visible[i]);
+    nvmlReturn_t r = mock_list_result(deviceArray, count, cfg->visible_count);
     mock_release(cfg);
     return r;
 }
@@ -349,7 +327,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned 
 
 MOCK_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {
-    return pcie_field(device, "numa_node", node);
+    return mock_uint_field(device, MOCK_GUARDED, "numa_node", node);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,

@@ -8,47 +8,30 @@
  * NOT_SUPPORTED, which nvidia-smi prints as N/A.
  */
 #include <stdio.h>
-#include <string.h>
-#include <strings.h>
 
 #include "mock.h"
-
-/* One unsigned device field, guarded; NOT_SUPPORTED when absent. */
-static nvmlReturn_t uint_value(nvmlDevice_t device, const char *field, unsigned int *out)
-{
-    if (out == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!mock_dev_uint(c.cfg, c.pos, field, out))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
-}
 
 /* ------------------------------------------------------------------- power */
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
-    return uint_value(device, "power.current_draw_mw", power);
+    return mock_uint_field(device, MOCK_GUARDED, "power.current_draw_mw", power);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
 {
-    return uint_value(device, "power.enforced_limit_mw", limit);
+    return mock_uint_field(device, MOCK_GUARDED, "power.enforced_limit_mw", limit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
 {
-    return uint_value(device, "power.enforced_limit_mw", limit);
+    return mock_uint_field(device, MOCK_GUARDED, "power.enforced_limit_mw", limit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
                                                                unsigned int *defaultLimit)
 {
-    return uint_value(device, "power.default_limit_mw", defaultLimit);
+    return mock_uint_field(device, MOCK_GUARDED, "power.default_limit_mw", defaultLimit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,
@@ -80,7 +63,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device,
     int on = 1;
     if (!mock_dev_bool(c.cfg, c.pos, "power.management_mode", &on))
         mock_dev_bool(c.cfg, c.pos, "power.management_supported", &on);
-    *mode = on ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    *mode = mock_enable_state(on);
     mock_end(&c);
     return r;
 }
@@ -88,16 +71,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device,
 MOCK_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
                                                           unsigned long long *energy)
 {
-    if (energy == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!mock_dev_u64(c.cfg, c.pos, "power.total_energy_consumption_mj", energy))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
+    return mock_u64_field(device, MOCK_GUARDED, "power.total_energy_consumption_mj", energy);
 }
 
 /* "P0".."P15" -> 0..15; NVML_PSTATE_UNKNOWN otherwise. */
@@ -144,7 +118,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
 {
     if (sensorType != NVML_TEMPERATURE_GPU)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return uint_value(device, "thermal.temperature_gpu_c", temp);
+    return mock_uint_field(device, MOCK_GUARDED, "thermal.temperature_gpu_c", temp);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
@@ -155,14 +129,8 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTempera
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (temperature->sensorType != NVML_TEMPERATURE_GPU)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!mock_dev_int(c.cfg, c.pos, "thermal.temperature_gpu_c", &temperature->temperature))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
+    return mock_int_field(device, MOCK_GUARDED, "thermal.temperature_gpu_c",
+                          &temperature->temperature);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
@@ -171,15 +139,15 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
 {
     switch (thresholdType) {
     case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN:
-        return uint_value(device, "thermal.shutdown_threshold_c", temp);
+        return mock_uint_field(device, MOCK_GUARDED, "thermal.shutdown_threshold_c", temp);
     case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
-        return uint_value(device, "thermal.slowdown_threshold_c", temp);
+        return mock_uint_field(device, MOCK_GUARDED, "thermal.slowdown_threshold_c", temp);
     case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
-        return uint_value(device, "thermal.max_memory_operating_c", temp);
+        return mock_uint_field(device, MOCK_GUARDED, "thermal.max_memory_operating_c", temp);
     case NVML_TEMPERATURE_THRESHOLD_GPU_MAX:
-        return uint_value(device, "thermal.max_operating_c", temp);
+        return mock_uint_field(device, MOCK_GUARDED, "thermal.max_operating_c", temp);
     default:
-        return uint_value(device, "thermal.unsupported_threshold", temp);
+        return mock_uint_field(device, MOCK_GUARDED, "thermal.unsupported_threshold", temp);
     }
 }
 
@@ -190,15 +158,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     if (marginTempInfo->version != nvmlMarginTemperature_v1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
     /* The distance to the slowdown threshold ("T.Limit" in nvidia-smi). */
-    if (!mock_dev_int(c.cfg, c.pos, "thermal.tlimit_c", &marginTempInfo->marginTemperature))
-        r = NVML_ERROR_NOT_SUPPORTED;
-    mock_end(&c);
-    return r;
+    return mock_int_field(device, MOCK_GUARDED, "thermal.tlimit_c",
+                          &marginTempInfo->marginTemperature);
 }
 
 /* -------------------------------------------------------------------- fans */
@@ -435,7 +397,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device
     if (r != NVML_SUCCESS)
         return r;
     *reasons = 0;
-    for (size_t i = 0; i < sizeof g_reasons / sizeof *g_reasons; i++) {
+    for (size_t i = 0; i < MOCK_COUNT(g_reasons); i++) {
         char field[96];
         int on = 0;
         snprintf(field, sizeof field, "clocks_throttle_reasons.%s", g_reasons[i].field);
@@ -455,17 +417,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev
 MOCK_API nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device,
                                                                unsigned long long *reasons)
 {
-    if (reasons == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    *reasons = 0;
-    for (size_t i = 0; i < sizeof g_reasons / sizeof *g_reasons; i++)
-        *reasons |= g_reasons[i].bit;
-    mock_end(&c);
-    return r;
+    unsigned long long all = 0;
+    for (size_t i = 0; i < MOCK_COUNT(g_reasons); i++)
+        all |= g_reasons[i].bit;
+    return mock_constant_u64(device, MOCK_GUARDED, all, reasons);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device,
@@ -501,7 +456,7 @@ static nvmlReturn_t engine_utilization(nvmlDevice_t device, const char *field,
 {
     if (samplingPeriodUs == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    nvmlReturn_t r = uint_value(device, field, utilization);
+    nvmlReturn_t r = mock_uint_field(device, MOCK_GUARDED, field, utilization);
     if (r == NVML_SUCCESS)
         *samplingPeriodUs = 167000; /* what the driver reports on idle boards */
     return r;
@@ -568,15 +523,8 @@ MOCK_API nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned
                                                    nvmlEncoderSessionInfo_t *sessionInfos)
 {
     (void)sessionInfos;
-    if (sessionCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r == NVML_SUCCESS) {
-        *sessionCount = 0; /* no encoder sessions on a simulated GPU */
-        mock_end(&c);
-    }
-    return r;
+    /* No encoder sessions on a simulated GPU. */
+    return mock_constant_uint(device, MOCK_GUARDED, 0, sessionCount);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetFBCStats(nvmlDevice_t device, nvmlFBCStats_t *fbcStats)
@@ -591,13 +539,6 @@ MOCK_API nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int
                                                nvmlFBCSessionInfo_t *sessionInfo)
 {
     (void)sessionInfo;
-    if (sessionCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r == NVML_SUCCESS) {
-        *sessionCount = 0;
-        mock_end(&c);
-    }
-    return r;
+    /* No frame buffer capture sessions either. */
+    return mock_constant_uint(device, MOCK_GUARDED, 0, sessionCount);
 }

@@ -84,29 +84,27 @@ MOCK_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
     return r;
 }
 
+/* A count of hardware a simulated node never has, which NVML still
+ * answers only after nvmlInit. */
+static nvmlReturn_t none_after_init(unsigned int *count)
+{
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = mock_require_init();
+    if (r == NVML_SUCCESS)
+        *count = 0;
+    return r;
+}
+
 MOCK_API nvmlReturn_t nvmlSystemGetHicVersion(unsigned int *hwbcCount, nvmlHwbcEntry_t *hwbcEntries)
 {
     (void)hwbcEntries;
-    if (hwbcCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_config *cfg = mock_acquire();
-    if (cfg == NULL)
-        return NVML_ERROR_UNINITIALIZED;
-    mock_release(cfg);
-    *hwbcCount = 0; /* no host interface cards on data center boards */
-    return NVML_SUCCESS;
+    return none_after_init(hwbcCount); /* no host interface cards on data center boards */
 }
 
 MOCK_API nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount)
 {
-    if (unitCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_config *cfg = mock_acquire();
-    if (cfg == NULL)
-        return NVML_ERROR_UNINITIALIZED;
-    mock_release(cfg);
-    *unitCount = 0; /* S-class units are long gone */
-    return NVML_SUCCESS;
+    return none_after_init(unitCount); /* S-class units are long gone */
 }
 
 MOCK_API nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount)

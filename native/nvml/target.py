@@ -33,6 +33,7 @@ COVERAGE = "nvml-coverage.json"
 SOURCES = (
     "config.c",
     "library.c",
+    "call.c",
     "devices.c",
     "failure.c",
     "pci.c",
