@@ -102,6 +102,11 @@ class SubprocessRunner:
     def run(
         self, argv: Sequence[str], *, timeout: float = 60.0, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv``; a non-zero exit is returned (callers decide), a failure to run raises.
+
+        ``CommandError`` only when the command could not run at all (missing
+        binary, timeout): the caller's readiness reason then says which.
+        """
         try:
             return subprocess.run(
                 list(argv), capture_output=True, text=True, timeout=timeout, env=env, check=False
@@ -116,6 +121,7 @@ class SubprocessRunner:
 
 
 def _digest(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks (libraries and binaries are megabytes)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -154,6 +160,7 @@ class Host:
 
     @property
     def state_dir(self) -> Path:
+        """Mokka's bookkeeping directory (manifests, backups) under the root."""
         return self.resolve(STATE_DIR)
 
     def resolve(self, path: str | os.PathLike[str], *, follow_last: bool = False) -> Path:
@@ -217,29 +224,35 @@ class Host:
         return result
 
     def exists(self, path: str) -> bool:
+        """Whether a node path exists (a dangling link counts); an escaping path does not."""
         try:
             return os.path.lexists(self.resolve(path))
         except HostPathError:
             return False
 
     def read_bytes(self, path: str) -> bytes:
+        """A node file's content, symlinks followed inside the root."""
         return self.resolve(path, follow_last=True).read_bytes()
 
     def read_text(self, path: str) -> str:
+        """A node file's content as UTF-8 text."""
         return self.read_bytes(path).decode()
 
     # ---- host commands -----------------------------------------------
 
     def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess[str]:
+        """Run a host command through the injected runner (tests record, the daemon executes)."""
         return self.runner.run(argv, **kwargs)
 
     # ---- convergence ---------------------------------------------------
 
     def _lock(self, owner: str) -> threading.Lock:
+        """The lock serialising one owner's converges (simulators batch in worker threads)."""
         with self._locks_guard:
             return self._locks.setdefault(owner, threading.Lock())
 
     def _manifest_dir(self) -> Path:
+        """Where every owner's manifest and journal live."""
         return self.resolve(STATE_DIR + "/manifests", follow_last=True)
 
     def _ensure_state_dir(self) -> None:
@@ -325,6 +338,11 @@ class Host:
 
 
 def _rmdir_empty_tree(path: Path) -> None:
+    """Remove ``path`` and its subdirectories if, and only if, they hold no files.
+
+    Used on Mokka's own bookkeeping directories, never on simulator output:
+    a file left in them (a backup not yet restored) keeps them in place.
+    """
     if not path.is_dir() or path.is_symlink():
         return
     for child in path.iterdir():
@@ -335,6 +353,7 @@ def _rmdir_empty_tree(path: Path) -> None:
 
 
 def _check_owner(owner: str) -> None:
+    """Owner names become manifest file names: no separators, no hidden files."""
     if not owner or "/" in owner or owner.startswith("."):
         raise ValueError(f"invalid owner name {owner!r}")
 
@@ -361,6 +380,7 @@ class _Work:
     _shared_checked: set[str] = attrs.field(factory=set)
 
     def report(self) -> ConvergeReport:
+        """The frozen summary of this converge for the caller's logs and readiness."""
         return ConvergeReport(
             created=tuple(self.created),
             updated=tuple(self.updated),
@@ -371,11 +391,17 @@ class _Work:
     # -- creation ------------------------------------------------------
 
     def ensure_parents(self, norm: str) -> None:
+        """Create (and record) every missing parent directory of ``norm``, top down."""
         parts = norm.strip("/").split("/")[:-1]
         for i in range(1, len(parts) + 1):
             self._ensure_dir("/" + "/".join(parts[:i]), 0o755, explicit=False)
 
     def _ensure_dir(self, norm: str, mode: int, *, explicit: bool) -> None:
+        """Make ``norm`` a directory, recording it if created (or shared with its creator).
+
+        ``explicit``: asked for as a ``Directory`` artifact, so its mode is
+        managed too; implicit parents keep whatever mode they have.
+        """
         real = self.host.resolve(norm, follow_last=True)
         if not os.path.isdir(real):
             # isdir is asked again after lexists: a concurrent converge of
@@ -458,6 +484,12 @@ class _Work:
         return False
 
     def place(self, art: Artifact, norm: str) -> None:
+        """Create or update one artifact; untouched when it already matches.
+
+        The manifest entry is written *before* the filesystem changes, so a
+        process killed in between leaves a record rather than an orphan.  A
+        pre-existing entry that is not ours is backed up first.
+        """
         if isinstance(art, Directory):
             self._ensure_dir(norm, art.mode, explicit=True)
             return
@@ -501,6 +533,7 @@ class _Work:
         return name
 
     def _matches(self, art: Artifact, real: Path, st: os.stat_result) -> bool:
+        """Whether the entry on disk already is ``art`` (content, target, device, mode)."""
         if isinstance(art, Symlink):
             return stat.S_ISLNK(st.st_mode) and os.readlink(real) == art.target
         if isinstance(art, CharDevice):
@@ -519,6 +552,12 @@ class _Work:
         return st.st_size == art.source.stat().st_size and _digest(real) == _digest(art.source)
 
     def _write(self, art: Artifact, real: Path) -> None:
+        """Write ``art`` beside ``real`` and rename it over: readers see old or new, never half.
+
+        Files are fsynced before the rename so a crash cannot leave an empty
+        file under the final name.  Device nodes fall back to a placeholder
+        file without CAP_MKNOD (recorded as degraded).
+        """
         tmp = real.with_name(f".{real.name}.mokka-tmp")
         _unlink(tmp)
         if isinstance(art, Symlink):
@@ -552,6 +591,11 @@ class _Work:
     # -- removal -------------------------------------------------------
 
     def remove_unwanted(self, wanted: set[str]) -> None:
+        """Remove what this owner created before but ``wanted`` no longer lists.
+
+        Deepest paths first, so directories are empty by the time they are
+        reached; parents of wanted paths stay.
+        """
         # Deepest first, so directories empty out before we look at them.
         stale = [p for p in self.manifest.entries if p not in wanted]
         wanted_dirs = {p for p in wanted} | {
@@ -565,6 +609,7 @@ class _Work:
             self._remove(norm)
 
     def _remove(self, norm: str) -> None:
+        """Remove one recorded entry, restore what it replaced, and forget it."""
         kind = self.manifest.entries[norm]
         try:
             real = self.host.resolve(norm)
@@ -611,6 +656,7 @@ class _Work:
         self.removed.append(norm)
 
     def _restore(self, norm: str, real: Path, name: str) -> None:
+        """Put a backed-up foreign file, link or device back where it was."""
         backups = self.host.resolve(STATE_DIR + "/backups/" + self.manifest.owner, follow_last=True)
         saved = backups / name
         mode_file = backups / (name + ".mode")
@@ -630,10 +676,12 @@ class _Work:
 
 
 def _kind(art: Artifact) -> str:
+    """The manifest's word for what an artifact creates (directories are noted apart)."""
     return {File: "file", CopyOf: "file", Symlink: "symlink", CharDevice: "device"}[type(art)]
 
 
 def _lstat(path: Path) -> os.stat_result | None:
+    """``lstat`` or ``None`` when nothing is there (the entry itself, links not followed)."""
     try:
         return os.lstat(path)
     except FileNotFoundError:
@@ -641,15 +689,22 @@ def _lstat(path: Path) -> os.stat_result | None:
 
 
 def _unlink(path: Path) -> None:
+    """Remove a non-directory entry; already gone is fine (discard is idempotent)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
 
 def _placeholder(art: CharDevice) -> bytes:
+    """Content of the regular file standing in for a device node without CAP_MKNOD.
+
+    Recognisable, so a later converge with the capability replaces it and a
+    later one without it leaves it (and reports it degraded again).
+    """
     return f"mokka placeholder for character device {art.major}:{art.minor}\n".encode()
 
 
 def _placeholder_reason(art: CharDevice) -> str:
+    """The readiness reason a placeholder device produces: what, why, and the fix."""
     return (
         f"{art.path}: no CAP_MKNOD, wrote a placeholder file instead of char device "
         f"{art.major}:{art.minor}; consumers cannot open it (run as root to get real nodes)"
