@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.support import ROOT
+from tests.support import ROOT, require_tool
 
 
 def test_ruff_finds_nothing() -> None:
@@ -21,4 +21,18 @@ def test_ruff_finds_nothing() -> None:
         text=True,
         check=False,
     )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shell_scripts_pass_shellcheck() -> None:
+    """The set-up scripts run on fresh machines, where a quoting slip is a failed CI run."""
+    shellcheck = require_tool("shellcheck")
+    scripts = sorted(str(p) for p in (ROOT / "scripts").iterdir() if p.is_file())
+    result = subprocess.run(
+        [shellcheck, *scripts, str(ROOT / ".ci" / "run")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert scripts
     assert result.returncode == 0, result.stdout + result.stderr
