@@ -14,6 +14,17 @@ accepted as a key and matches nothing until a GPU with that UUID exists.
 
 The file is found from the node root (``--root``, env ``MOKKA_ROOT``, the
 same default as the daemon) or named directly (``--file``).
+
+The file is the whole interface: ``mokka ctl`` never talks to the daemon,
+so it works from ``kubectl exec`` in the pod, from the host, or from a
+test, with nothing listening.  The daemon recompiles the engine config
+from it, and the library re-reads that at most once a second.
+
+Exit status: 0 done; 2 the request was wrong (a bad value, an unknown
+GPU, a change the schema refuses), as for argparse's own usage errors;
+1 the node could not be changed (e.g. no config directory under the root:
+a wrong ``--root``, or an agent that has not staged yet).  A script may
+wait and retry on 1; on 2 it must change its call.
 """
 
 from __future__ import annotations
@@ -39,7 +50,10 @@ from mokka.state.device_checks import FAILURE_MODES
 from mokka.state.override_schema import FABRIC_HEALTH, THROTTLE_REASONS, known_paths
 from mokka.state.overrides import load_overrides, update_overrides
 
+#: A verb's change to one target's section (``all`` or ``devices[T]``), in place.
 Edit = Callable[[dict[str, Any]], None]
+#: The engine config's flat per-device keys that name a GPU: ``device.<pos>.index``
+#: and ``device.<pos>.uuid`` (``<pos>`` is the position in the file, not the index).
 _ENGINE_DEVICE_KEY = re.compile(r"^device\.(\d+)\.(index|uuid)$")
 DESCRIPTION = (
     "Change the mock GPUs of a running node: every verb edits the node's overrides file "
@@ -50,13 +64,18 @@ GPU_HELP = "GPU index, 'all', or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxx
 
 
 class CtlError(MokkaError):
-    """A bad command line value (exit 2, like argparse's own errors)."""
+    """A bad command line value (exit 2, like argparse's own errors).
+
+    Raised before the file is touched; ``run`` prints it as one
+    ``mokka ctl: error: ...`` line naming the flag.
+    """
 
 
 # ---- arguments -------------------------------------------------------------
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``mokka ctl`` to the ``mokka`` command line (``mokka.cli``)."""
     parser = subparsers.add_parser(
         "ctl", help="change the mock GPUs at runtime (failures, Xids, metrics)",
         description=DESCRIPTION,
@@ -66,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_location(parser: argparse.ArgumentParser, default: object) -> None:
+    """``--root`` or ``--file`` (not both) on ``parser``, with ``default`` for each."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--root", metavar="DIR", default=default, help=(
         "node root (env MOKKA_ROOT; default ./mokka-node); the file is "
@@ -74,6 +94,7 @@ def _add_location(parser: argparse.ArgumentParser, default: object) -> None:
 
 
 def add_verbs(parser: argparse.ArgumentParser) -> None:
+    """Every verb and its flags, on ``parser`` (the ``ctl`` subcommand or ``main``'s own)."""
     # ``--root``/``--file`` are accepted before the verb (``mokka ctl --root D fail``)
     # and after it (``mokka ctl fail --root D``).  The verb-level copies
     # default to SUPPRESS so that, when absent, they do not overwrite a value
@@ -81,22 +102,28 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
     _add_location(parser, None)
     common = argparse.ArgumentParser(add_help=False)
     _add_location(common, argparse.SUPPRESS)
+    # Verbs that change one thing need an explicit target; ``set``, ``status``
+    # and ``reset`` default to every target, which for them is the natural reading.
     target = argparse.ArgumentParser(add_help=False, parents=[common])
     target.add_argument("--gpu", required=True, metavar="T", help=GPU_HELP)
     optional_target = argparse.ArgumentParser(add_help=False, parents=[common])
     optional_target.add_argument("--gpu", metavar="T", help=GPU_HELP + " (default: every target)")
 
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    # The triggers are the mock library's: counted per process, sticky once fired.
     v = verbs.add_parser("fail", parents=[target], help="inject a failure mode")
     v.add_argument("--mode", required=True, choices=FAILURE_MODES)
     v.add_argument("--after-calls", type=int, metavar="N", help="fail after N guarded NVML calls")
     v.add_argument("--probability", type=float, metavar="P", help="fail each call with P (0..1)")
     v.add_argument("--seed", type=int, metavar="S", help="seed of the probability draw")
     v.add_argument("--xid", type=int, metavar="CODE", help="also raise this Xid")
+    # Delivered once on the kernel log and once through NVML events.
     v = verbs.add_parser("xid", parents=[target], help="raise an Xid (kernel log + NVML event)")
     v.add_argument("--code", type=int, required=True, metavar="N")
     v = verbs.add_parser("temp", parents=[target], help="pin the GPU temperature")
     v.add_argument("--celsius", type=int, required=True, metavar="N")
+    # Watts on the command line (how people speak of power), mW in the file
+    # (how NVML reports it); see ``build_edit``.
     v = verbs.add_parser("power", parents=[target], help="pin the power draw")
     v.add_argument("--watts", type=float, required=True, metavar="N")
     v = verbs.add_parser("util", parents=[target], help="pin utilization")
@@ -108,6 +135,8 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
     v = verbs.add_parser("throttle", parents=[target], help="set the active clocks event reasons")
     v.add_argument("--reasons", required=True, metavar="a,b",
                    help=f"comma-separated, or 'none'; known: {', '.join(THROTTLE_REASONS)}")
+    # Not ``choices=``: argparse compares exactly, and ``p2`` should work as
+    # well as ``P2``; the schema checks the value (in any case) instead.
     v = verbs.add_parser("pstate", parents=[target], help="set the performance state")
     v.add_argument("--state", required=True, metavar="P0..P15")
     v = verbs.add_parser("nvlink-error", parents=[target], help="add errors on an NVLink")
@@ -134,9 +163,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Carry out a parsed ``mokka ctl`` command; returns the exit status (see the module).
+
+    The verb's change is built before the lock is taken, so a bad flag
+    fails without touching the file; the change then runs inside
+    ``update_overrides``, which validates the whole result before writing.
+    Without ``--gpu`` a change goes to ``all``.
+    """
     try:
         path = overrides_path(args)
         if args.verb == "status":
+            # read-only and lock-free: a rename never shows a half-written file
             return status(path, args)
         target = None if args.gpu is None else parse_target(args.gpu, path)
         if args.verb == "reset":
@@ -145,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             edit = build_edit(args)
             update_overrides(path, lambda doc: apply(doc, target or "all", edit))
     except (CtlError, SpecError) as exc:
+        # one line per problem, each already naming the flag or the field
         problems = exc.problems if isinstance(exc, SpecError) else (str(exc),)
         for problem in problems:
             print(f"mokka ctl: error: {problem}", file=sys.stderr)
@@ -156,6 +194,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def overrides_path(args: argparse.Namespace) -> Path:
+    """The overrides file: ``--file`` as given, else its place under the node root.
+
+    The root is mapped through ``Host.resolve``, the daemon's own mapping,
+    so both agree on the path and a layout path can never escape the root.
+    """
     if args.file:
         return Path(args.file)
     root = args.root or os.environ.get("MOKKA_ROOT") or str(LOCAL_ROOT)
@@ -163,8 +206,15 @@ def overrides_path(args: argparse.Namespace) -> Path:
 
 
 def parse_target(text: str, path: Path) -> str:
-    """``all``, an index, or a UUID; checked against the engine config when it is readable."""
+    """``all``, an index, or a UUID; checked against the engine config when it is readable.
+
+    Returns the key as the overrides file spells it (``device_key``'s
+    normalization: ``"03"`` is ``"3"``, UUIDs lower-case after ``GPU-``).
+    Without a readable engine config nothing can be checked, and a
+    well-formed target is accepted: the daemon may not have staged yet.
+    """
     text = text.strip()
+    # the engine config sits beside the overrides file (both in driver/config/)
     known = _engine_gpus(path.with_name("config.yaml"))
     if text == "all":
         return "all"
@@ -187,7 +237,8 @@ def _engine_gpus(config: Path) -> dict[str, int] | None:
 
     The engine config is flat (``device.<position>.uuid: "GPU-…"``, see
     ``docs/engine-config.md``); a nested ``devices: [{index, uuid}]`` list is
-    read too.
+    read too.  Any surprise in the file gives ``None`` (no check) rather
+    than a guess, so a format change can never make valid targets fail.
     """
     try:
         doc = yaml.safe_load(config.read_text(encoding="utf-8"))
@@ -210,17 +261,25 @@ def _engine_gpus(config: Path) -> dict[str, int] | None:
         uuid, index = entry.get("uuid"), entry.get("index")
         if not isinstance(uuid, str) or not isinstance(index, int):
             return None
+        # the same spelling ``parse_target`` compares with
         found[uuid.lower().replace("gpu-", "GPU-", 1)] = index
     return found or None
 
 
 def apply(doc: dict[str, Any], target: str, edit: Edit) -> None:
+    """Run ``edit`` on ``doc["all"]`` or ``doc["devices"][target]``, creating the section."""
     section = doc.setdefault("all", {}) if target == "all" else (
         doc.setdefault("devices", {}).setdefault(target, {}))
     edit(section)
 
 
 def reset(doc: dict[str, Any], target: str | None) -> dict[str, Any] | None:
+    """Drop one target's section, or (no target) return a fresh empty document.
+
+    ``update_overrides``' contract: a returned document replaces the old
+    one, ``None`` means ``doc`` was edited in place.  Resetting ``all``
+    leaves the per-GPU sections alone, and the reverse.
+    """
     if target is None:
         return {"version": 1}
     if target == "all":
@@ -231,6 +290,11 @@ def reset(doc: dict[str, Any], target: str | None) -> dict[str, Any] | None:
 
 
 def put(section: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``section[a][b][c] = value`` for ``"a.b.c"``, creating the mappings on the way.
+
+    A non-mapping in the way is replaced: the user asked for the nested
+    field, and the schema check on the result reports anything still wrong.
+    """
     *parents, leaf = dotted.split(".")
     for key in parents:
         child = section.get(key)
@@ -242,11 +306,17 @@ def put(section: dict[str, Any], dotted: str, value: Any) -> None:
 
 def new_xid(code: int) -> dict[str, Any]:
     # a random id: each injection is a new Xid, also after a reset of the file
+    # (64 random bits; the compiled Xid id is a hash over it, see compile._xid)
     return {"code": code, "id": secrets.token_hex(8)}
 
 
 def build_edit(args: argparse.Namespace) -> Edit:
-    """The change a verb makes to its target's section (validation happens on the whole file)."""
+    """The change a verb makes to its target's section (validation happens on the whole file).
+
+    Flag values are converted and checked here, before the lock is taken;
+    what the schema checks (ranges, known fields) is left to it, so every
+    such message names the file field.  Raises ``CtlError`` on a bad flag.
+    """
     verb = args.verb
     if verb == "fail":
         failure: dict[str, Any] = {"mode": args.mode}
@@ -255,12 +325,16 @@ def build_edit(args: argparse.Namespace) -> Edit:
                 failure[key] = getattr(args, key)
         if args.xid is not None:
             failure["xid"] = new_xid(args.xid)
+        # The whole block is replaced, not merged: triggers of an earlier
+        # ``fail`` (say ``after_calls``) must not carry over to this one.
         return lambda s: s.__setitem__("failure", failure)
     if verb == "xid":
+        # appended: earlier Xids keep their ids and are not announced again
         return lambda s: s.setdefault("xids", []).append(new_xid(args.code))
     if verb == "temp":
         return lambda s: put(s, "thermal.temperature_gpu_c", args.celsius)
     if verb == "power":
+        # NVML reports power in whole milliwatts
         return lambda s: put(s, "power.current_draw_mw", round(args.watts * 1000))
     if verb == "util":
         def util(s: dict[str, Any]) -> None:
@@ -270,18 +344,24 @@ def build_edit(args: argparse.Namespace) -> Edit:
         return util
     if verb == "clocks":
         def clocks(s: dict[str, Any]) -> None:
+            # The SM clock runs at the graphics clock on these GPUs; nvidia-smi
+            # shows both, and a pin of one alone would read as a contradiction.
             put(s, "clocks.graphics_current", args.graphics)
             put(s, "clocks.sm_current", args.graphics)
             if args.memory is not None:
                 put(s, "clocks.memory_current", args.memory)
         return clocks
     if verb == "throttle":
+        # every reason is written, true or false, so the result is exactly
+        # the set asked for whatever an earlier call left
         active = _reasons(args.reasons)
         return lambda s: s.__setitem__(
             "clocks_throttle_reasons", {r: r in active for r in THROTTLE_REASONS})
     if verb == "pstate":
         state = args.state.upper()
         def pstate(s: dict[str, Any]) -> None:
+            # NVML has two getters for the same thing (GetPerformanceState and
+            # the older GetPowerState); both must agree.
             put(s, "performance_state", state)
             put(s, "power.power_state", state)
         return pstate
@@ -289,6 +369,7 @@ def build_edit(args: argparse.Namespace) -> Edit:
         if args.count < 1:
             raise CtlError(f"--count: {args.count}, expected a number of errors >= 1")
         def nvlink(s: dict[str, Any]) -> None:
+            # added to the count so far: error counters only ever climb
             links = s.setdefault("nvlink_errors", {})
             key = str(args.link)
             links[key] = int(links.get(key, 0)) + args.count
@@ -297,6 +378,7 @@ def build_edit(args: argparse.Namespace) -> Edit:
         health = fabric_health(args.state)
         return lambda s: put(s, "fabric.health", health)
     if verb == "set":
+        # parsed now, so a malformed assignment fails before the lock is taken
         pairs = [_assignment(text) for text in args.assignments]
         def assign(s: dict[str, Any]) -> None:
             for key, value in pairs:
@@ -306,6 +388,7 @@ def build_edit(args: argparse.Namespace) -> Edit:
 
 
 def _reasons(text: str) -> set[str]:
+    """``--reasons``: comma-separated names (``-`` or ``_``, any case), or ``none``."""
     names = {r.strip().lower().replace("-", "_") for r in text.split(",") if r.strip()}
     if names == {"none"}:
         return set()
@@ -317,7 +400,13 @@ def _reasons(text: str) -> set[str]:
 
 
 def fabric_health(state: str) -> dict[str, Any]:
-    """The ``fabric.health`` block a ``fabric-health --state`` writes."""
+    """The ``fabric.health`` block a ``fabric-health --state`` writes.
+
+    ``summary`` and ``bandwidth`` use the words ``nvidia-smi -q`` prints
+    (Summary: Healthy, Bandwidth: Full).  All four flags are written, at
+    most one of them true, and the block replaces the old one whole, so
+    no flag of an earlier call survives.
+    """
     name = state.strip().lower().replace("-", "_")
     if name not in FABRIC_HEALTH:
         raise CtlError(f"--state: {state!r}, expected one of: {', '.join(FABRIC_HEALTH)}")
@@ -333,6 +422,13 @@ def fabric_health(state: str) -> dict[str, Any]:
 
 
 def _assignment(text: str) -> tuple[str, Any]:
+    """``key.path=value`` for ``set``; the value is read as YAML.
+
+    So ``80`` is an int, ``true`` a bool and ``[1, 2]`` a list, the same
+    reading the file itself gets.  Text that is not valid YAML, or nothing
+    at all after ``=``, stays a string; the schema check then says whether
+    the field wanted one.
+    """
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
@@ -348,11 +444,19 @@ def _assignment(text: str) -> tuple[str, Any]:
 
 
 def status(path: Path, args: argparse.Namespace) -> int:
+    """Print the overrides in force: one ``TARGET FIELD VALUE`` row per leaf, or JSON.
+
+    With ``--gpu`` only that target's own section is shown; what ``all``
+    adds to it is not merged in, because the file (not the merge) is what
+    ``set`` and ``reset`` act on.  Reading an invalid file is a ``SpecError``.
+    """
     overrides = load_overrides(path)
     doc = overrides.to_mapping() if overrides is not None else {"version": 1}
     if args.gpu is not None:
         target = parse_target(args.gpu, path)
         section = doc.get("all") if target == "all" else doc.get("devices", {}).get(target)
+        # the narrowed document keeps the file's shape: ``--json`` output is
+        # itself a valid overrides file
         doc = {"version": 1, **({} if not section else (
             {"all": section} if target == "all" else {"devices": {target: section}}))}
     if args.json:
@@ -372,6 +476,11 @@ def status(path: Path, args: argparse.Namespace) -> int:
 
 
 def _flatten(section: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """``(dotted field, printed value)`` rows for ``status``'s table.
+
+    Booleans and nulls print as JSON (``true``, ``null``), the words the
+    user types to ``set``; lists print as compact JSON on one row.
+    """
     rows: list[tuple[str, str]] = []
     for key, value in section.items():
         path = f"{prefix}.{key}" if prefix else str(key)

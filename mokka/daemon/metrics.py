@@ -13,6 +13,11 @@ dependency.  The format rules that matter are kept here:
 
 Durations come from the trio clock (monotonic), so they are unaffected by a
 wall clock step; "seconds since the last success" is NaN until one happened.
+
+Rendering is a pure function of the snapshots (``render``), called per
+scrape: nothing is accumulated here, so the counters are exactly the
+reconciler's and reset with the process, which Prometheus' ``rate()``
+and ``increase()`` expect of a counter.
 """
 
 from __future__ import annotations
@@ -23,8 +28,12 @@ from collections.abc import Iterable, Mapping
 from mokka.daemon.status import DurationSummary, ReconcilerStatus, SupervisorStatus
 from mokka.simulators.base import Readiness
 
+#: The classic text exposition format's media type (OpenMetrics has its own);
+#: Prometheus asks for ``text/plain;version=0.0.4`` in its Accept header.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+#: Label name -> value; rendered in the mapping's order, which every caller
+#: builds the same way each time, so a series' text is stable across scrapes.
 Labels = Mapping[str, str]
 
 
@@ -39,7 +48,13 @@ def _escape_help(text: str) -> str:
 
 
 def format_value(value: float | int | bool) -> str:
-    """A sample value as Prometheus spells it."""
+    """A sample value as Prometheus spells it.
+
+    ``bool`` is tested first because it is an ``int`` to Python and should
+    read as 1/0, not ``True``.  Integers print exactly (a counter above
+    2**53 would lose digits as a float).  ``repr`` gives the shortest text
+    that reads back as the same float, which Go's ``ParseFloat`` accepts.
+    """
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -52,7 +67,12 @@ def format_value(value: float | int | bool) -> str:
 
 
 class _Writer:
-    """Accumulates families; each family's samples directly follow its header."""
+    """Accumulates families; each family's samples directly follow its header.
+
+    The format requires every sample of a family to sit together, after its
+    ``# TYPE`` line; writing a family in one call makes that impossible to
+    get wrong.  Each family is written exactly once per body.
+    """
 
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -77,6 +97,7 @@ class _Writer:
     def summary(
         self, name: str, help_text: str, items: Iterable[tuple[Labels, DurationSummary]]
     ) -> None:
+        """A summary family: ``_sum`` (seconds) and ``_count`` per label set, no quantiles."""
         samples: list[tuple[str, Labels, float | int]] = []
         for labels, summary in items:
             samples.append(("_sum", labels, summary.total))
@@ -99,7 +120,10 @@ def render(
 
     Families, in order: pass durations and outcomes, per-simulator per-wave
     durations and failures, readiness and daemon restarts, generations,
-    staleness, source errors.
+    staleness, source errors.  The family order is fixed, and within a family
+    the series are sorted or follow the daemon's fixed simulator order, so
+    two scrapes of an idle daemon differ only in values.  ``readiness`` is
+    the per-simulator answer ``/readyz`` gives (a crashed daemon included).
     """
     w = _Writer()
     # -- passes ----------------------------------------------------------
@@ -110,6 +134,8 @@ def render(
         "Duration of reconcile passes.",
         [({}, reconciler.pass_duration)],
     )
+    # The last pass's length as a gauge too: visible in one scrape, without
+    # a rate() over two of them, which is what a person debugging wants.
     w.family(
         "mokka_pass_last_duration_seconds",
         "gauge",
@@ -159,12 +185,14 @@ def render(
             for s, wave in failure_keys
         ],
     )
+    # Mirrors /readyz per simulator, so an alert can name the one not ready.
     w.family(
         "mokka_simulator_ready",
         "gauge",
         "1 when the simulator reports itself ready.",
         [("", {"simulator": name}, r.ready) for name, r in readiness.items()],
     )
+    # Only simulators that run a daemon under the supervisor appear here.
     w.family(
         "mokka_daemon_restarts_total",
         "counter",
@@ -177,6 +205,7 @@ def render(
     # distinguishable from generation 0, and comparisons with NaN are false,
     # so an alert like ``observed < seen`` does not fire before the first pass.
     def generation(value: int | None) -> float | int:
+        """The generation as a sample value; NaN for "none yet"."""
         return math.nan if value is None else value
 
     last_success = reconciler.last_success
@@ -192,12 +221,16 @@ def render(
         "Generation of the last successful pass (NaN before the first).",
         [("", {}, generation(None if last_success is None else last_success.generation))],
     )
+    # seen > applied is the signal that matters: a newer state is waiting for,
+    # or failing, its pass.
     w.family(
         "mokka_seen_generation",
         "gauge",
         "Generation of the newest state the source delivered.",
         [("", {}, generation(reconciler.seen_generation))],
     )
+    # Both times are trio-clock readings, so the difference is immune to wall
+    # clock steps; staleness grows while passes fail or while none is due.
     since = math.nan if reconciler.last_success_at is None else now - reconciler.last_success_at
     w.family(
         "mokka_seconds_since_last_success",
@@ -205,6 +238,7 @@ def render(
         "Seconds since the last successful pass ended (NaN before the first).",
         [("", {}, since)],
     )
+    # Mirrors /healthz: the last Stage wave ran clean (1 before the first pass too).
     w.family(
         "mokka_stage_healthy",
         "gauge",
@@ -212,6 +246,8 @@ def render(
         [("", {}, not reconciler.stage_failures)],
     )
     # -- the state source -----------------------------------------------------
+    # A bad input leaves the last good state in force, so the passes above
+    # look fine; these two are what shows that an edit was refused.
     w.family(
         "mokka_source_errors_total",
         "counter",

@@ -11,6 +11,14 @@ The checkers return the converted value, or ``None`` after recording a
 problem, so a parser can keep going and report the next field too.
 ``load_yaml`` and ``read_optional`` turn unreadable input into the same kind
 of message.
+
+The checks are plain functions over plain values rather than a schema
+library: each message must use the user's own field path
+(``devices[3].pci.bus_id``, not a JSON pointer), several rules span fields
+(a bus id under at most one root, unique minor numbers) and a profile that
+Helm re-rendered needs its numbers repaired before any type check runs
+(``normalize_numbers``).  Nothing here raises on a bad value; only
+``Problems.raise_if_any`` and the two readers raise, always ``SpecError``.
 """
 
 from __future__ import annotations
@@ -26,26 +34,48 @@ from mokka.errors import SpecError
 
 #: Canonical PCI address as profiles spell it (``0000:53:00.0``); NVML's
 #: 8-digit domain (``00000000:53:00.0``, what ``nvidia-smi`` prints) is
-#: accepted too, so a user can paste a bus id from a real node.
+#: accepted too, so a user can paste a bus id from a real node.  Groups:
+#: domain, bus, device, function; the function is one digit 0..7 (three bits
+#: of the address).  The device number is not range-checked here.
 BDF_RE = re.compile(r"^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+#: An 8-4-4-4-12 hex UUID in either case (fabric cluster UUIDs, ComputeDomain
+#: ``uuid``); callers lower-case what they keep, so two spellings of one UUID
+#: compare equal and give the same content hash.
 UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
+#: NVML's GPU UUID, ``GPU-`` and the same groups; ``pattern[1:]`` drops the
+#: inner ``^`` so the anchor sits before the prefix.
 GPU_UUID_RE = re.compile(r"^GPU-" + UUID_RE.pattern[1:])
 
 
 class Problems:
-    """Collects problems for one input file; ``raise_if_any`` ends the parse."""
+    """Collects problems for one input file; ``raise_if_any`` ends the parse.
+
+    One instance per document: ``source`` (a path, or a built-in's
+    ``h100.yaml``) leads every message, so a ``SpecError`` that mixes the
+    problems of several files (``compile.load_inputs``) still says which
+    file each one is about.  ``items`` is public on purpose: a parser
+    compares its length before and after a group of checks to learn
+    whether that group failed, without every checker returning a status.
+    """
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.items: list[str] = []
 
     def add(self, path: str, message: str) -> None:
+        """Record ``message`` about the field at ``path`` (``""``: the document itself)."""
         where = f"{self.source}: {path}" if path else self.source
         self.items.append(f"{where}: {message}")
 
     def raise_if_any(self) -> None:
+        """Raise one ``SpecError`` with every problem recorded so far, if any.
+
+        ``SpecError`` is terminal for the reconciler (retrying the same input
+        cannot help).  A parser calls it at the end, and earlier only where
+        going on would report nonsense, e.g. when the document is not a mapping.
+        """
         if self.items:
             raise SpecError(self.items)
 
@@ -66,6 +96,8 @@ def found(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "a list"
     text = repr(value)
+    # A long value (a pasted file, a base64 blob) would bury the rest of the
+    # message: 60 characters show the mistake, not the payload.
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -74,7 +106,10 @@ def normalize_numbers(value: Any) -> Any:
 
     Helm reads values as float64 and ``toYaml`` writes large ones back in
     exponent form (``2.06158430208e+11``); a profile that went through a
-    chart must still load, with its byte counts as integers.
+    chart must still load, with its byte counts as integers.  The bound
+    keeps the result within a signed 64-bit integer, the widest the engine
+    config's C reader parses (``strtoll``); anything larger stays a float
+    (and fails any integer check made on it).
     """
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
         return int(value)
@@ -86,7 +121,11 @@ def normalize_numbers(value: Any) -> Any:
 
 
 def check_keys(p: Problems, path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    """Record every key of ``mapping`` not in ``allowed``."""
+    """Record every key of ``mapping`` not in ``allowed``.
+
+    The message lists the allowed keys sorted, so a typo (``nvlink.speed``)
+    comes with the spelling the user meant right beside it.
+    """
     allowed = tuple(allowed)
     for key in mapping:
         if key not in allowed:
@@ -95,6 +134,7 @@ def check_keys(p: Problems, path: str, mapping: Mapping[str, Any], allowed: Iter
 
 
 def as_mapping(p: Problems, path: str, value: Any) -> dict[str, Any] | None:
+    """A mapping, copied to a ``dict`` so a parser may add keys without touching its input."""
     if isinstance(value, Mapping):
         return dict(value)
     p.add(path, f"{found(value)} is not a mapping")
@@ -111,7 +151,13 @@ def as_list(p: Problems, path: str, value: Any) -> list[Any] | None:
 def as_int(
     p: Problems, path: str, value: Any, *, lo: int | None = None, hi: int | None = None
 ) -> int | None:
-    """An integer (not a bool) within ``lo..hi``."""
+    """An integer within ``lo..hi`` (either bound optional).
+
+    ``bool`` is refused although Python counts it as an ``int``: YAML reads
+    ``yes``/``true`` as a bool, and ``minor_number: true`` is a mistake, not 1.
+    Floats are refused too; ``normalize_numbers`` has already turned the
+    integral ones (Helm's exponent form) into ints.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         p.add(path, f"{found(value)} is not an integer")
         return None
@@ -125,6 +171,7 @@ def as_int(
 def as_float(
     p: Problems, path: str, value: Any, *, lo: float | None = None, hi: float | None = None
 ) -> float | None:
+    """A number within ``lo..hi``, as a float; an integer is accepted (``probability: 1``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         p.add(path, f"{found(value)} is not a number")
         return None
@@ -135,6 +182,7 @@ def as_float(
 
 
 def as_bool(p: Problems, path: str, value: Any) -> bool | None:
+    """A real YAML boolean; the strings ``"true"``/``"false"`` are refused, not guessed at."""
     if isinstance(value, bool):
         return value
     p.add(path, f"{found(value)} is not true or false")
@@ -142,6 +190,11 @@ def as_bool(p: Problems, path: str, value: Any) -> bool | None:
 
 
 def as_str(p: Problems, path: str, value: Any, *, nonempty: bool = True) -> str | None:
+    """A string, by default with something besides whitespace in it.
+
+    Numbers are not turned into strings: a field that expects text and got
+    ``580.105`` (YAML read an unquoted version as a float) should say so.
+    """
     if not isinstance(value, str):
         p.add(path, f"{found(value)} is not a string")
         return None
@@ -152,6 +205,11 @@ def as_str(p: Problems, path: str, value: Any, *, nonempty: bool = True) -> str 
 
 
 def as_choice(p: Problems, path: str, value: Any, choices: Iterable[str]) -> str | None:
+    """One of ``choices`` (lower-case), matched without regard to case, returned lower-case.
+
+    Profiles and ``nvidia-smi`` output mix cases (``Completed``, ``P0``);
+    the compiled state and the engine config only ever carry lower case.
+    """
     choices = tuple(choices)
     if isinstance(value, str) and value.lower() in choices:
         return value.lower()
@@ -179,6 +237,9 @@ def canonical_bdf(text: str) -> str:
     if match is None:
         raise ValueError(f"{text!r} is not a PCI address DDDD:BB:DD.F")
     domain, bus, dev, fn = match.groups()
+    # NVML's 8-digit spelling admits domains above ffff; the canonical form
+    # (and root ids ``pciDDDD:BB``) has four digits, so refuse rather than
+    # write an address nothing downstream expects.
     if int(domain, 16) > 0xFFFF:
         raise ValueError(f"{text!r}: PCI domain above ffff")
     return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
@@ -208,6 +269,7 @@ def deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, A
 
 
 def _copy(value: Any) -> Any:
+    """A deep copy of the containers YAML produces (scalars are immutable and shared)."""
     if isinstance(value, Mapping):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -229,6 +291,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
 
 
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+# Drop every inherited int/float resolver (they carry the base-60 forms), then
+# add the rest of YAML 1.1's forms back: binary, leading-zero octal, decimal
+# and hex ints; floats need a dot in the mantissa and a sign in the exponent
+# (``2.06158430208e+11``), so ``1e5`` stays a string as under PyYAML's default.
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
     for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
@@ -243,7 +309,12 @@ _Loader.add_implicit_resolver(_FLOAT, re.compile(
 
 
 def load_yaml(text: str, source: str) -> Any:
-    """Parse YAML (safe, no base-60); syntax errors become ``SpecError`` naming line and column."""
+    """Parse YAML (safe, no base-60); syntax errors become ``SpecError`` naming line and column.
+
+    Only the first problem is reported: after a syntax error the parser
+    cannot know what the rest of the document was meant to be.  Lines and
+    columns are one-based, as editors number them (PyYAML counts from zero).
+    """
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -254,7 +325,13 @@ def load_yaml(text: str, source: str) -> Any:
 
 
 def read_optional(path: Path, what: str) -> str | None:
-    """The text of an optional input; ``None`` when it does not exist (not an error)."""
+    """The text of an optional input; ``None`` when it does not exist (not an error).
+
+    The topology document and the overrides file may legitimately be absent
+    (a node outside any ComputeDomain, no ``mokka ctl`` edit yet); any other
+    read failure (permissions, a directory in the file's place, bad UTF-8)
+    is a ``SpecError`` naming the file and ``what`` it should have been.
+    """
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:

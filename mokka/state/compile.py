@@ -21,6 +21,11 @@ the code and either an explicit ``id`` or where the entry sits), so the
 kernel log announcer and the NVML event path deliver it exactly once, also
 across daemon restarts; ``mokka ctl xid`` writes a fresh random ``id`` so a
 repeated injection of the same code is a new Xid.
+
+Validation belongs to the parsers (``profile``, ``topology``, ``overrides``):
+by the time a value reaches this module its type is known, so the code
+here converts and combines without re-checking.  The one thing only the
+compiler can see is the node name, which no input file carries.
 """
 
 from __future__ import annotations
@@ -59,11 +64,16 @@ ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 @attrs.frozen(kw_only=True)
 class NodeMeta:
-    """What the node itself contributes to its desired state."""
+    """What the node itself contributes to its desired state.
+
+    It comes from flags and the environment, not from a watched file, and
+    does not change while the daemon runs (another node name is another pod).
+    """
 
     #: Seeds every per-node identity; also the key into the topology document.
     node_name: str
-    #: Feature gates as resolved from flags (known gates only).
+    #: Feature gates as resolved from flags (known gates only).  They enter the
+    #: content hash: flipping one at a restart is a new desired state.
     feature_gates: Mapping[str, bool] = attrs.field(factory=dict)
 
 
@@ -74,7 +84,9 @@ def content_hash(
 
     The profile and overrides enter as parsed documents (key order and
     comments do not matter); the topology as its text, because the nvlink
-    simulator stages that text verbatim.
+    simulator stages that text verbatim.  The profile's name is in too: it
+    reaches the engine config and the logs, so a switch between two
+    profiles with equal documents is still a change.
     """
     payload = {
         "profile_name": profile.name,
@@ -84,6 +96,8 @@ def content_hash(
         "node_name": node.node_name,
         "feature_gates": {k: bool(v) for k, v in sorted(node.feature_gates.items())},
     }
+    # sort_keys makes key order irrelevant; ``default=str`` covers the few
+    # non-JSON values YAML produces (an unquoted ``2024-01-31`` is a date).
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -96,9 +110,18 @@ def compile_state(
     overrides: Overrides | None = None,
     generation: int = 1,
 ) -> State:
-    """Compile validated inputs; raises ``SpecError`` only for a bad node name."""
+    """Compile validated inputs; raises ``SpecError`` only for a bad node name.
+
+    ``generation`` is the caller's counter (the file source passes its last
+    generation plus one); it does not enter the content hash, so a source
+    can compile, compare hashes and throw the result away when nothing
+    changed.  The node name must be non-empty: every identity hashes it,
+    and an empty one would give every such node the same UUIDs.
+    """
     if not node.node_name.strip():
         raise SpecError("node name: empty, expected this node's name")
+    # ``num_devices`` applies first: roots, Xids and IB HCAs follow the GPUs
+    # this node exposes, not the ones the profile declares.
     devices = profile.selected_devices()
     roots, root_of = _roots(profile, devices)
     placement = topology.placement(node.node_name) if topology is not None else None
@@ -142,7 +165,8 @@ def compile_profile(
     """Load and compile in one call: a built-in profile name (``h100``) or a file path.
 
     A ``topology`` or ``overrides`` path that does not exist counts as absent,
-    as it does for the daemon's file source.
+    as it does for the daemon's file source.  Tests and benches that need a
+    ``State`` without a daemon use this.
     """
     profile, topo, ovr = load_inputs(name_or_path, topology, overrides)
     node = NodeMeta(node_name=node_name, feature_gates=dict(feature_gates or {}))
@@ -152,7 +176,13 @@ def compile_profile(
 def load_inputs(
     profile: str | Path, topology: Path | None, overrides: Path | None
 ) -> tuple[Profile, Topology | None, Overrides | None]:
-    """Read and validate all three inputs, reporting the problems of all of them at once."""
+    """Read and validate all three inputs, reporting the problems of all of them at once.
+
+    A rollout that breaks the profile and the topology document together
+    should not need two round trips to learn both; each message already
+    names its file, so one ``SpecError`` carries them all.  ``None`` for
+    the topology or overrides path means that input is not configured.
+    """
     problems: list[str] = []
     loaded: list[Any] = []
     for loader, arg in ((load_profile, profile), (load_topology, topology),
@@ -177,6 +207,8 @@ def _roots(
 
     A GPU no root lists sits under its domain's bus-0 root (``pciDDDD:00``),
     created with NUMA node 0 if the profile has none: the upstream default.
+    Returns the roots (the profile's in its order, then the defaults in GPU
+    order) and a map from each exposed GPU's bus id to its root.
     """
     selected = {d.bus_id for d in devices}
     members: dict[str, list[str]] = {}
@@ -187,6 +219,7 @@ def _roots(
     placed = {b for bdfs in members.values() for b in bdfs}
     for dev in devices:
         if dev.bus_id not in placed:
+            # bus_id is canonical ``dddd:bb:dd.f``, so [:4] is the domain
             rid = f"pci{dev.bus_id[:4]}:00"
             members.setdefault(rid, []).append(dev.bus_id)
             meta.setdefault(rid, (0, None))
@@ -205,17 +238,34 @@ def _gpu(
     placement: tuple[str, int] | None,
     overrides: Overrides | None,
 ) -> tuple[Gpu, list[Xid]]:
+    """One GPU of the state, and the Xids injected into it.
+
+    ``fields`` starts as a copy of the merged profile config (the profile
+    value is shared by every compile and must stay untouched), takes the
+    per-node identities and the canonical bus id, then the clique, then
+    each overrides layer.  The typed ``Gpu`` attributes are read from the
+    result, so an override of, say, ``failure.mode`` shows in both.
+    """
     uuid = identity.gpu_uuid(node_name, dev.index, dev.uuid)
     fields = deep_merge({}, dev.config)
     fields.update(
         index=dev.index, uuid=uuid, serial=identity.gpu_serial(node_name, dev.index, dev.serial),
         minor_number=dev.minor_number,
     )
+    # the canonical spelling, so ``fields`` and ``Gpu.bus_id`` never disagree
     fields["pci"]["bus_id"] = dev.bus_id
+    # Only GPUs that have a fabric block join the clique: a listed node's
+    # pre-Hopper GPUs must not start reporting fabric info.
     if placement is not None and isinstance(fields.get("fabric"), Mapping):
         fields["fabric"].update(cluster_uuid=placement[0], clique_id=placement[1],
                                 state="completed")
+    # Xid lists are taken out of every layer before merging: ``deep_merge``
+    # replaces lists, so an override's ``xids`` would otherwise drop the
+    # profile's.  Each entry keeps the label of the layer it came from.
     xid_entries = [(f"profile.xids[{i}]", x) for i, x in enumerate(fields.pop("xids", None) or ())]
+    # ``failure`` does merge, so its ``xid`` is the strongest layer's; the
+    # label names that layer, so the same code set by another layer is
+    # another Xid.
     failure_xid_label = "profile.failure.xid"
     for label, patch in overrides.layers_for(dev.index, uuid) if overrides is not None else ():
         patch = dict(patch)
@@ -258,6 +308,12 @@ def _gpu(
 
 
 def _xid(gpu_index: int, label: str, entry: Mapping[str, Any]) -> Xid:
+    """An Xid with a stable id: 16 hex digits (64 bits) of a hash, no collision in practice.
+
+    The kernel log announcer and the mock library remember delivered ids,
+    so the id must be the same every time the same input compiles and must
+    differ for a new injection.
+    """
     code = int(entry["code"])
     explicit = entry.get("id")
     # An explicit id (what `mokka ctl xid` writes) names the injection wherever
@@ -268,6 +324,7 @@ def _xid(gpu_index: int, label: str, entry: Mapping[str, Any]) -> Xid:
 
 
 def _fabric(block: Any) -> Fabric | None:
+    """The typed fabric identity: UUID lower-cased, all zeros and clique 0 when unset."""
     # No state, no fabric identity: an override that only pins ``fabric.health``
     # must not make a pre-Hopper GPU report fabric info (or start a fabric manager).
     if not isinstance(block, Mapping) or block.get("state") is None:
@@ -280,6 +337,7 @@ def _fabric(block: Any) -> Fabric | None:
 
 
 def _failure(block: Mapping[str, Any]) -> Failure:
+    """The typed failure injection; no block (or an empty one) is a healthy GPU."""
     if not block:
         return Failure()
     probability = block.get("probability")
@@ -292,6 +350,7 @@ def _failure(block: Mapping[str, Any]) -> Failure:
 
 
 def _nvlink(profile: Profile) -> Nvlink | None:
+    """The profile's NVLink block as the state's value; ``None``: no NVLink at all."""
     spec = profile.nvlink
     if spec is None:
         return None
@@ -304,6 +363,12 @@ def _nvlink(profile: Profile) -> Nvlink | None:
 
 
 def _infiniband(profile: Profile, node_name: str, gpu_count: int) -> Infiniband | None:
+    """The node's HCAs, with GUIDs derived from its name; ``None`` when IB is off.
+
+    Without an explicit ``hca_count`` the count follows the exposed GPUs
+    (``num_devices`` shrinks it too), clamped to 1..256, the range the ib
+    simulator renders and the profile parser allows for ``hca_count``.
+    """
     spec = profile.infiniband
     if spec is None:
         return None

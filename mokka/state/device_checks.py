@@ -3,7 +3,9 @@
 ``fabric`` (the GPU's NVLink fabric identity), ``failure`` (an injected
 failure mode, its triggers and the Xid it raises) and ``xids`` (Xids to
 announce) mean the same in a profile's device entry and in an overrides
-patch, so one set of checks serves both.
+patch, so one set of checks serves both.  The lists of allowed words are
+the contract with the mock NVML library: ``engine_config`` refuses any
+other failure mode or fabric state, and the C side maps exactly these.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from mokka.state import checks
 from mokka.state.checks import Problems, sub
 
 FAILURE_KEYS = ("mode", "after_calls", "probability", "seed", "xid")
+#: ``id`` is what makes two injections of the same code two Xids (see
+#: ``mokka.state.compile``); ``mokka ctl`` writes a random one each time.
 XID_KEYS = ("code", "id")
 #: ``lost`` and ``fallen_off_bus`` make guarded NVML calls return GPU_IS_LOST;
 #: ``ecc_uncorrectable`` makes the ECC counters climb.
@@ -23,7 +27,14 @@ FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "au
 
 
 def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -> None:
-    """``fabric``: the GPU's NVLink fabric identity (``cluster_uuid``, ``clique_id``, ``state``)."""
+    """``fabric``: the GPU's NVLink fabric identity (``cluster_uuid``, ``clique_id``, ``state``).
+
+    ``partial``: the block may lack ``state``.  A profile's ``device_defaults``
+    and device entries are checked one layer at a time, and the state may sit
+    in the other layer; the profile parser checks the merged result for it.
+    Unknown keys pass: upstream profiles carry more fabric fields (health,
+    bandwidth) that reach the engine config untouched.
+    """
     fabric = checks.as_mapping(p, path, value)
     if fabric is None:
         return
@@ -39,7 +50,12 @@ def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -
 
 
 def check_failure(p: Problems, path: str, value: Any) -> None:
-    """``failure``: injected failure mode, its triggers, and the Xid it raises."""
+    """``failure``: injected failure mode, its triggers, and the Xid it raises.
+
+    Triggers (``after_calls``, ``probability`` with its ``seed``) are the
+    mock library's to count, per process; here they are only type-checked.
+    Every field is optional because an overrides patch may change just one.
+    """
     failure = checks.as_mapping(p, path, value)
     if failure is None:
         return
@@ -51,6 +67,7 @@ def check_failure(p: Problems, path: str, value: Any) -> None:
     if failure.get("probability") is not None:
         checks.as_float(p, sub(path, "probability"), failure["probability"], lo=0.0, hi=1.0)
     if failure.get("seed") is not None:
+        # any integer: it only seeds the library's per-process random draw
         checks.as_int(p, sub(path, "seed"), failure["seed"])
     if failure.get("xid") is not None:
         check_xid(p, sub(path, "xid"), failure["xid"])
@@ -64,12 +81,15 @@ def check_xid(p: Problems, path: str, value: Any) -> None:
     checks.check_keys(p, path, xid, XID_KEYS)
     code = checks.require(p, path, xid, "code", "the Xid number, e.g. 79")
     if code is not None:
+        # Xid 0 does not exist and real codes are small numbers (79: fallen off
+        # the bus); 16 bits leaves ample room and still catches a typo.
         checks.as_int(p, sub(path, "code"), code, lo=1, hi=0xFFFF)
     if xid.get("id") is not None:
         checks.as_str(p, sub(path, "id"), xid["id"])
 
 
 def check_xid_list(p: Problems, path: str, value: Any) -> None:
+    """``xids``: a list of Xids, each checked with ``check_xid`` under ``xids[i]``."""
     items = checks.as_list(p, path, value)
     for pos, item in enumerate(items or ()):
         check_xid(p, sub(path, pos), item)

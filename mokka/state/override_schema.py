@@ -12,6 +12,14 @@ The schema is a nested mapping: a key maps to a leaf checker, to a nested
 schema (a ``dict``), or to ``ANY`` (an open subtree passed through: lists
 of processes, metric generator settings).  ``check_patch`` records every
 unknown key and every wrongly typed value.
+
+The schema is strict where the profile is open (``mokka.state.profile``
+lets unknown device fields through) because the two are written
+differently: a profile is reviewed once and may carry fields only the
+mock library knows, while an overrides file is edited live, key by key,
+and a misspelt key there would be a silent no-op at the worst moment
+(during a failure drill).  ``known_paths`` turns the same table into the
+list ``mokka ctl set --help`` prints, so help and check cannot disagree.
 """
 
 from __future__ import annotations
@@ -23,14 +31,19 @@ from mokka.state import checks
 from mokka.state.checks import Problems, sub
 from mokka.state.device_checks import FABRIC_STATES, check_failure, check_xid_list
 
+#: A leaf checker: records problems about ``value`` at ``path``.  The result
+#: is ignored (the patch is stored as written), so any checker from
+#: ``mokka.state.checks`` fits unchanged.
 Leaf = Callable[[Problems, str, Any], object]
 
 
 def _int(p: Problems, path: str, v: Any) -> object:
+    """Any integer, sign included; used for the temperatures (degrees Celsius)."""
     return checks.as_int(p, path, v)
 
 
 def _count(p: Problems, path: str, v: Any) -> object:
+    """An integer >= 0: counters, bytes, milliwatts, MHz, link widths."""
     return checks.as_int(p, path, v, lo=0)
 
 
@@ -47,6 +60,7 @@ def _str(p: Problems, path: str, v: Any) -> object:
 
 
 def _pstate(p: Problems, path: str, v: Any) -> object:
+    """``P0``..``P15`` in any case (NVML's ``NVML_PSTATE_0``..``15``)."""
     return checks.as_choice(p, path, v, tuple(f"p{i}" for i in range(16)))
 
 
@@ -71,28 +85,44 @@ def _link_counts(p: Problems, path: str, v: Any) -> object:
 
 
 def _any(p: Problems, path: str, v: Any) -> object:
+    """Accepts anything: the subtree is passed to the library unchecked."""
     return v
 
 
+#: An open subtree (lists of processes, generator settings): its shape is the
+#: mock library's business, and it carries no identity field to protect.
 ANY: Leaf = _any
+#: ``NVML_NVLINK_MAX_LINKS`` in ``nvml.h``: 18 links per GPU, as on Hopper and
+#: Blackwell.
 NVLINK_MAX_LINKS = 18
 
-#: nvidia-smi's clocks event reasons, as the profile names them.
+#: nvidia-smi's clocks event reasons (``nvmlClocksEventReason*``, formerly
+#: "throttle reasons"), as the profile names them.  ``mokka ctl throttle``
+#: writes every one of them, true or false, so the set is always complete.
 THROTTLE_REASONS = (
     "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
     "hw_thermal_slowdown", "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown",
     "display_clocks_setting",
 )
-#: ``fabric.health`` states ``mokka ctl fabric-health`` knows, and the block each writes.
+#: ``fabric.health`` states ``mokka ctl fabric-health`` knows; the block each
+#: writes is built by ``mokka.ctl.fabric_health``.
 FABRIC_HEALTH = ("healthy", "degraded_bandwidth", "route_recovery", "route_unhealthy",
                  "access_timeout_recovery", "incorrect_configuration")
 
+# ECC error counters by memory location: NVML's ``nvmlMemoryLocation_t``
+# names plus the SRAM/DRAM split that Hopper and later report (nvidia-smi
+# picks the layout by architecture).  ``single_bit``/``double_bit`` are the
+# profile's names for corrected/uncorrected; ``volatile`` counts since the
+# driver loaded, ``aggregate`` over the board's life.
 _ECC_COUNTS = {k: _count for k in (
     "device_memory", "l1_cache", "l2_cache", "register_file", "texture_memory", "total",
     "sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable",
 )}
 _ECC_KIND = {"single_bit": _ECC_COUNTS, "double_bit": _ECC_COUNTS}
 
+#: Every key an overrides patch (``all`` or one device) may set.  A ``dict``
+#: nests, a callable checks a leaf.  Units follow the profile: temperatures in
+#: degrees Celsius, power in mW, energy in mJ, clocks in MHz, sizes in bytes.
 SCHEMA: dict[str, Any] = {
     "thermal": {k: _int for k in (
         "temperature_gpu_c", "temperature_memory_c", "shutdown_threshold_c",
@@ -129,6 +159,8 @@ SCHEMA: dict[str, Any] = {
         "current_link_width", "max_link_gen", "max_link_width",
     )},
     "fan": ANY,
+    # The fabric identity may change at runtime (a node joining a clique);
+    # ``health`` is what ``nvmlDeviceGetGpuFabricInfoV`` reports beside it.
     "fabric": {
         "state": _fabric_state, "clique_id": _count, "cluster_uuid": _uuid,
         "health": {
@@ -149,7 +181,13 @@ SCHEMA: dict[str, Any] = {
     "mig": {"mode_current": _str, "mode_pending": _str},
 }
 
-#: Fixed when the GPU appears; an override may not change them.
+#: Fixed when the GPU appears; an override may not change them.  GFD and the
+#: DRA driver publish name, architecture, brand and compute capability as
+#: labels and device attributes; the device plugin advertises the UUID and
+#: the kubelet checkpoints it with each allocation; the minor number names
+#: the ``/dev/nvidia<minor>`` a container was given; the bus id feeds the
+#: NUMA lookup.  Changing any of these under a running consumer would leave
+#: it with stale facts, so they change only with the profile.
 NOT_HOT_RELOADABLE = (
     "name", "architecture", "brand", "compute_capability", "uuid", "pci", "bar1_memory",
     "index", "minor_number", "serial",
@@ -157,7 +195,13 @@ NOT_HOT_RELOADABLE = (
 
 
 def check_patch(p: Problems, path: str, patch: Mapping[str, Any], schema: Any = None) -> None:
-    """Record every unknown key, refused identity field and wrongly typed value in ``patch``."""
+    """Record every unknown key, refused identity field and wrongly typed value in ``patch``.
+
+    ``schema`` is the sub-table for a nested call (``None``: the whole
+    ``SCHEMA``).  Identity fields are looked for at the top level only, where
+    they live in a device config, and before the unknown-key test, so the
+    user hears "change the profile instead" rather than "unknown key".
+    """
     schema = SCHEMA if schema is None else schema
     top = schema is SCHEMA
     for key, value in patch.items():
@@ -179,7 +223,11 @@ def check_patch(p: Problems, path: str, patch: Mapping[str, Any], schema: Any = 
 
 
 def known_paths(schema: Mapping[str, Any] | None = None, prefix: str = "") -> list[str]:
-    """Every settable dotted path (for ``mokka ctl set`` help and error hints)."""
+    """Every settable dotted path (for ``mokka ctl set`` help and error hints).
+
+    An open (``ANY``) subtree appears as one path, e.g. ``processes``: what
+    sits below it is not the schema's to list.
+    """
     schema = SCHEMA if schema is None else schema
     paths: list[str] = []
     for key, rule in schema.items():

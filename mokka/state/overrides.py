@@ -43,9 +43,12 @@ from mokka.state.override_schema import check_patch
 logger = logging.getLogger(__name__)
 
 TOP_LEVEL_KEYS = ("version", "all", "devices")
+#: Readable by every user (``mokka ctl status``, a person inspecting the node),
+#: writable only by its owner: changes go through ``update_overrides``.
 FILE_MODE = 0o644
 #: libyaml's emitter when available: ``mokka ctl`` rewrites the whole file per change.
 _Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+#: Tells whoever opens the file by hand that it is generated and short-lived.
 HEADER = (
     "# Runtime overrides of the mock GPUs, written by `mokka ctl` (edits are validated there).\n"
     "# A restart of the node agent resets this file.\n"
@@ -54,13 +57,22 @@ HEADER = (
 
 @attrs.frozen(kw_only=True)
 class Overrides:
-    """A validated overrides document."""
+    """A validated overrides document.
 
+    Device keys are normalized (``device_key``), so ``0``, ``"0"`` and
+    ``"00"`` are one key and a UUID is one key in any case.  The patches
+    themselves are stored as written: they are merged into the device config
+    by the compiler, and the schema has already vouched for them.
+    """
+
+    #: always 1: ``from_mapping`` refuses any other version
     version: int = 1
     #: merged into every device
     all: Mapping[str, Any] = attrs.field(factory=dict)
     #: per device: key ``"<index>"`` or a GPU UUID (``GPU-`` + lower-case hex)
     devices: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    #: the path it was read from, for messages; not part of equality, so the
+    #: same content read from two places compares equal
     source: str = attrs.field(default="", eq=False)
 
     @classmethod
@@ -94,6 +106,7 @@ class Overrides:
                 if norm in devices:
                     p.add(path, f"{key!r} names the same GPU as another key")
                     continue
+                # ``"0":`` with nothing below it (left after an edit) is an empty patch
                 patch_map = checks.as_mapping(p, path, patch) if patch is not None else {}
                 if patch_map is None:
                     continue
@@ -104,10 +117,20 @@ class Overrides:
 
     @property
     def empty(self) -> bool:
+        """No patch with any content: the same node as having no overrides file.
+
+        ``compile.content_hash`` hashes an empty document like a missing one,
+        so ``mokka ctl reset`` brings back the very hash (and generation) the
+        node had before the first edit, and the source publishes nothing new.
+        """
         return not self.all and not any(self.devices.values())
 
     def to_mapping(self) -> dict[str, Any]:
-        """The canonical document (what ``write_overrides`` writes, what hashing reads)."""
+        """The canonical document (what ``write_overrides`` writes, what hashing reads).
+
+        A deep copy: ``update_overrides`` hands it to the caller's ``change``,
+        which edits it in place, and this frozen value must not change with it.
+        """
         doc: dict[str, Any] = {"version": self.version}
         if self.all:
             doc["all"] = checks.deep_merge({}, self.all)
@@ -116,7 +139,12 @@ class Overrides:
         return doc
 
     def layers_for(self, index: int, uuid: str) -> list[tuple[str, Mapping[str, Any]]]:
-        """The patches that apply to one GPU, weakest first, each with its label."""
+        """The patches that apply to one GPU, weakest first, each with its label.
+
+        A UUID key beats an index key: the UUID names one GPU on one node
+        for good, while an index names whichever GPU sits in that slot.  The
+        label (``devices.0``) places an Xid entry for its stable id.
+        """
         layers: list[tuple[str, Mapping[str, Any]]] = []
         if self.all:
             layers.append(("all", self.all))
@@ -127,7 +155,13 @@ class Overrides:
 
 
 def device_key(key: Any) -> str | None:
-    """Normalize a ``devices`` key: an index (``0``, ``"0"``) or a GPU UUID; ``None`` if neither."""
+    """Normalize a ``devices`` key: an index (``0``, ``"0"``) or a GPU UUID; ``None`` if neither.
+
+    YAML gives an unquoted ``0:`` as an int and a quoted one as a string;
+    both become ``"0"``.  UUIDs become lower-case hex after ``GPU-``, the
+    spelling ``mokka.state.identity`` produces, so a pasted upper-case UUID
+    still matches its GPU.
+    """
     if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
         return str(key)
     if isinstance(key, str):
@@ -139,6 +173,7 @@ def device_key(key: Any) -> str | None:
 
 
 def parse_overrides(text: str, *, source: str) -> Overrides:
+    """Parse and validate an overrides file's text; ``SpecError`` lists every problem."""
     return Overrides.from_mapping(load_yaml(text, source), source=source)
 
 
@@ -149,6 +184,11 @@ def load_overrides(path: Path) -> Overrides | None:
 
 
 def lock_path(path: Path) -> Path:
+    """The sibling lock file, ``overrides.yaml.lock``.
+
+    Not the overrides file itself: every write replaces that file by a
+    rename, so two writers could hold locks on two different inodes.
+    """
     return path.with_name(path.name + ".lock")
 
 
@@ -162,6 +202,7 @@ def locked(path: Path) -> Iterator[None]:
     """
     lpath = lock_path(path)
     while True:
+        # CLOEXEC: a lock must not outlive this process in a child it spawns
         fd = os.open(lpath, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -185,13 +226,21 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def write_overrides(path: Path, overrides: Overrides) -> None:
-    """Atomically replace ``path`` (temp file in the same directory, then rename); hold the lock."""
+    """Atomically replace ``path`` (temp file in the same directory, then rename).
+
+    The caller holds the lock (``locked``); ``update_overrides`` does.  The
+    temp file sits in the same directory because a rename is atomic only
+    within one filesystem, and it starts with a dot so a listing of the
+    config directory does not show it.  Readers (the daemon's file source,
+    ``mokka ctl status``) only ever see a complete old or new file.
+    """
     text = HEADER + yaml.dump(overrides.to_mapping(), Dumper=_Dumper, sort_keys=False,
                               default_flow_style=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            # mkstemp creates the file 0600; other users' readers need FILE_MODE
             os.fchmod(f.fileno(), FILE_MODE)
             # No fsync: the rename alone makes the switch atomic for readers, and
             # the file is runtime state that a restart resets anyway.
@@ -209,6 +258,10 @@ def update_overrides(
 
     The whole result is validated before anything is written (``SpecError``
     leaves the file as it was).  No update is lost to a concurrent writer.
+
+    A missing config directory is a ``MokkaError``, not something to create:
+    it almost always means a wrong ``--root``, and a file written there would
+    never be read by the daemon or the library.
     """
     if not path.parent.is_dir():
         raise MokkaError(

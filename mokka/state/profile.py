@@ -17,6 +17,13 @@ reads are type-checked and the rest pass through untouched.
 
 ``Profile.from_mapping(doc, source=...)`` is the named constructor over
 ``yaml.safe_load`` output; ``load_profile`` reads a built-in or a file.
+
+Every section is checked even after an earlier one failed, and every
+problem is reported at once (``checks.Problems``): a profile is usually
+fixed in one sitting, and one problem per rollout would make every fix a
+round trip.  What this module does not decide is per-node: UUIDs and serials
+here are templates (``mokka.state.identity``), ``num_devices`` is applied
+by the compiler, and the PCI roots a GPU ends up under are settled there.
 """
 
 from __future__ import annotations
@@ -39,12 +46,17 @@ from mokka.state.device_checks import (
     check_xid_list,
 )
 
-#: Built-in profiles shipped in ``mokka/state/profiles``.
+#: Built-in profiles shipped in ``mokka/state/profiles``.  A name is matched
+#: before any path: ``--profile h100`` is the built-in even if the working
+#: directory holds a file called ``h100``.
 BUILTIN_PROFILES: tuple[str, ...] = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
 #: The profile the daemon uses when none is given: the most common shape
 #: consumers (device plugin, GFD, DRA) are tested against.
 DEFAULT_PROFILE = "h100"
 
+# Allowed keys per strict block: every key of the upstream schema, so its
+# profiles load unchanged, and (``cpulist`` aside) nothing more, so a typo
+# is an error.
 TOP_LEVEL_KEYS = (
     "version", "system", "device_defaults", "devices", "nvlink", "pcie_topology",
     "infiniband",
@@ -58,17 +70,24 @@ SYSTEM_KEYS = (
 NVLINK_KEYS = ("version", "links_per_gpu", "bandwidth_per_link_mbps", "c2c_enabled", "switches")
 SWITCH_KEYS = ("bdf", "uuid")
 PCIE_KEYS = ("root_complexes",)
+#: ``cpulist`` is not in the upstream schema: it feeds sysfs ``local_cpulist``.
 ROOT_KEYS = ("id", "numa_node", "devices", "cpulist")
 IB_KEYS = (
     "enabled", "hca_type", "fw_version", "hw_rev", "board_id", "link_layer", "rate_gbps",
     "port_state", "phys_state", "hcas_per_gpu", "hca_count", "guid_prefix",
     "node_desc_template",
 )
-#: InfiniBand signalling rates by name: EDR, HDR, NDR, XDR.
+#: InfiniBand rates of a 4X port in Gb/s: EDR, HDR, NDR, XDR.  The ib
+#: simulator names the speed from the rate (``400 Gb/sec (4X NDR)``), so a
+#: rate outside this list would have no name to show.
 IB_RATES = (100, 200, 400, 800)
 
+#: ``580.105.08`` or ``550.54``: GFD splits the driver version at the dots
+#: and accepts two or three parts, so nothing else may reach NVML.
 DRIVER_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+#: A root complex as sysfs names its directory (``/sys/devices/pci0000:48``).
 ROOT_ID_RE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
+#: ``major.minor``, as ``nvidia-smi`` prints "CUDA Version: 13.0".
 CUDA_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
 
 #: Integer device fields the daemon or the engine config relies on, checked
@@ -83,12 +102,19 @@ _DEVICE_INTS = {
 
 @attrs.frozen(kw_only=True)
 class SystemSpec:
-    """``system``: what the driver reports about itself."""
+    """``system``: what the driver reports about itself.
+
+    Only ``driver_version`` and a CUDA version are required; ``nvml_version``
+    defaults to what a real driver of that version reports, ``num_devices``
+    to every device.
+    """
 
     #: ``nvmlSystemGetDriverVersion``; 2-3 dot-separated numbers (GFD parses it).
     driver_version: str
     #: ``nvmlSystemGetNVMLVersion``; defaults to ``<cuda major>.<driver_version>``.
     nvml_version: str
+    #: The CUDA version the driver supports; NVML reports it as
+    #: ``major * 1000 + minor * 10`` (``nvmlSystemGetCudaDriverVersion_v2``).
     cuda_version_major: int
     cuda_version_minor: int
     #: Expose only the first N devices (by index); ``None``: all of them.
@@ -97,8 +123,14 @@ class SystemSpec:
 
 @attrs.frozen(kw_only=True)
 class DeviceSpec:
-    """One ``devices[]`` entry merged over ``device_defaults``."""
+    """One ``devices[]`` entry merged over ``device_defaults``.
 
+    The typed attributes are what the compiler needs to place and name the
+    GPU; everything else stays in ``config`` for the engine config.
+    """
+
+    #: NVML's device index: the join key of overrides (``devices["0"]``),
+    #: ``num_devices`` and the identity hash; not necessarily the list position.
     index: int
     #: Position in the ``devices`` list (error messages name it).
     position: int
@@ -118,26 +150,37 @@ class DeviceSpec:
 
 @attrs.frozen(kw_only=True)
 class SwitchSpec:
+    """An NVSwitch: a PCI function on the node and the far end of GPUs' NVLinks."""
+
+    #: canonical lower-case ``dddd:bb:dd.f``
     bdf: str
     uuid: str
 
 
 @attrs.frozen(kw_only=True)
 class NvlinkSpec:
+    """``nvlink``: present on NVLink systems; its absence means no NVLink at all."""
+
+    #: NVLink generation: 3 on A100, 4 on H100, 5 on Blackwell.
     version: int
+    #: 12 on A100, 18 on H100 and Blackwell (NVML's maximum).
     links_per_gpu: int
     #: Unidirectional bandwidth of one link in MB/s (``nvidia-smi nvlink -s``).
     bandwidth_per_link_mbps: int
     #: NVLink-C2C to a Grace CPU (GB200/GB300).
     c2c_enabled: bool = False
     switches: tuple[SwitchSpec, ...] = ()
+    #: The whole block as written, for keys only the mock library reads.
     fields: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
 @attrs.frozen(kw_only=True)
 class RootSpec:
-    #: ``pciDDDD:BB``
+    """One PCIe root complex and the GPUs the profile places under it."""
+
+    #: ``pciDDDD:BB``, lower-cased
     id: str
+    #: NUMA node the root is local to; -1 (the kernel's "unknown") is allowed.
     numa_node: int
     #: canonical BDFs in profile order
     devices: tuple[str, ...]
@@ -146,6 +189,13 @@ class RootSpec:
 
 @attrs.frozen(kw_only=True)
 class InfinibandSpec:
+    """``infiniband``: the node's HCAs as ``ibstat`` shows them.
+
+    The defaults describe a ConnectX-7 (``MT4129``) on an NDR link, the HCA
+    HGX H100 and B200 nodes carry, so a block that only says
+    ``enabled: true`` still renders a plausible port.
+    """
+
     hca_type: str = "MT4129"
     fw_version: str = "28.39.1002"
     hw_rev: str = "0x0"
@@ -153,33 +203,53 @@ class InfinibandSpec:
     link_layer: str = "InfiniBand"
     #: Gb/s: 100 EDR, 200 HDR, 400 NDR, 800 XDR.
     rate_gbps: int = 400
+    #: ``ibstat``'s words; sysfs carries them as ``4: ACTIVE`` and ``5: LinkUp``.
     port_state: str = "ACTIVE"
     phys_state: str = "LinkUp"
+    #: One HCA per GPU, the HGX rail layout (each GPU has its own NIC for
+    #: GPUDirect RDMA).
     hcas_per_gpu: int = 1
     #: Explicit HCA count; ``None``: GPUs times ``hcas_per_gpu``.
     hca_count: int | None = None
     #: Template of the node GUIDs; its first three bytes (the OUI) are kept.
     guid_prefix: str | None = None
+    #: ``<host> <device>``, what ``rdma-ndd`` sets on real hosts by default.
     node_desc_template: str = "{node_name} mlx5_{idx}"
 
 
 @attrs.frozen(kw_only=True)
 class Profile:
-    """A validated profile; ``document`` is the whole normalized mapping."""
+    """A validated profile; ``document`` is the whole normalized mapping.
+
+    ``document`` is what the content hash covers and what the state keeps as
+    ``profile_fields``, so a change to any key, typed here or not, is a new
+    generation.  Equality ignores it (it is large); compare the compiled
+    states' content hashes instead.
+    """
 
     #: Where it came from: the built-in name or the path, as given.
     name: str
     version: str
     system: SystemSpec
+    #: In the order the profile lists them; ``selected_devices`` sorts.
     devices: tuple[DeviceSpec, ...]
+    #: ``None``: the profile has no ``nvlink`` block (PCIe-only boards).
     nvlink: NvlinkSpec | None = None
+    #: The ``pcie_topology`` roots as written; the compiler places GPUs that
+    #: none of them lists under a default root of their domain.
     roots: tuple[RootSpec, ...] = ()
+    #: ``None``: no block, or ``enabled: false``.
     infiniband: InfinibandSpec | None = None
     document: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def from_mapping(cls, doc: Any, *, source: str, name: str | None = None) -> Profile:
-        """Validate ``yaml.safe_load`` output; raises ``SpecError`` listing every problem."""
+        """Validate ``yaml.safe_load`` output; raises ``SpecError`` listing every problem.
+
+        ``source`` names the input in messages (``h100.yaml`` or a path);
+        ``name`` is what the state reports as its profile, ``source`` when
+        not given.
+        """
         p = Problems(source)
         top = checks.as_mapping(p, "(document)", doc)
         if top is None:
@@ -187,10 +257,13 @@ class Profile:
         assert top is not None
         top = checks.normalize_numbers(top)
         checks.check_keys(p, "", top, TOP_LEVEL_KEYS)
+        # Each part records its own problems and returns None (or what it
+        # could parse), so all of them run before anything is raised.
         version = _version(p, top)
         system = _system(p, top)
         devices = _devices(p, top)
         nvlink = _nvlink(p, top.get("nvlink"))
+        # after the devices: a root may only list bus ids they declare
         roots = _roots(p, top.get("pcie_topology"), devices)
         infiniband = _infiniband(p, top.get("infiniband"))
         num = system.num_devices if system is not None else None
@@ -206,7 +279,11 @@ class Profile:
         )
 
     def selected_devices(self) -> tuple[DeviceSpec, ...]:
-        """The devices this node exposes: all, or the first ``system.num_devices`` by index."""
+        """The devices this node exposes: all, or the first ``system.num_devices`` by index.
+
+        Sorted by index whatever the list order, so the state and the engine
+        config list GPUs in the order NVML numbers them.
+        """
         ordered = tuple(sorted(self.devices, key=lambda d: d.index))
         if self.system.num_devices is None:
             return ordered
@@ -214,6 +291,12 @@ class Profile:
 
 
 def _version(p: Problems, top: Mapping[str, Any]) -> str | None:
+    """``version``: any 1.x, as text.
+
+    Upstream writes ``"1.0"``; an unquoted ``1.0`` is a float and ``1`` an
+    int, and both are accepted since they say the same.  Only the major
+    number is checked: a key a later 1.x added is caught by the key checks.
+    """
     value = checks.require(p, "", top, "version", 'a schema version like "1.0"')
     if value is None:
         return None
@@ -228,6 +311,12 @@ def _version(p: Problems, top: Mapping[str, Any]) -> str | None:
 
 
 def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
+    """``system``: the driver version and the CUDA version, in any spelling upstream used.
+
+    The CUDA version may be ``cuda_version: "13.0"``, the pair
+    ``cuda_version_major``/``cuda_version_minor``, or both when they agree.
+    Quote it: YAML reads an unquoted ``12.10`` as the float 12.1.
+    """
     raw = checks.require(p, "", top, "system", "a mapping with driver_version")
     if raw is None:
         return None
@@ -243,6 +332,8 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
     major = minor = None
     cuda = sys_map.get("cuda_version")
     if cuda is not None:
+        # ``cuda_version: 13`` (an int) means 13.0; a float like 13.0 is
+        # matched through its text; a bool is never a version.
         match = CUDA_VERSION_RE.match(str(cuda)) if not isinstance(cuda, bool) else None
         if isinstance(cuda, int) and not isinstance(cuda, bool):
             major, minor = cuda, 0
@@ -272,16 +363,20 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
         nvml = checks.as_str(p, "system.nvml_version", nvml)
     num = sys_map.get("num_devices")
     if num is not None:
+        # at least 1: hiding every GPU would make this no GPU node at all
         num = checks.as_int(p, "system.num_devices", num, lo=1)
     if driver is None:
         return None
+    # Real NVML versions read ``<cuda major>.<driver version>`` (``13.580.105.08``).
     return SystemSpec(
         driver_version=driver, nvml_version=nvml or f"{major}.{driver}",
         cuda_version_major=major, cuda_version_minor=minor, num_devices=num,
     )
 
 
-#: Fields every merged device needs: (path, what is expected).
+#: Fields every merged device needs: (path, what is expected).  Neither has a
+#: sensible default: every consumer shows the name, and the PCI tree, NFD
+#: and NVML's PCI info all need the device id.
 _REQUIRED = (
     ("name", 'the product name, e.g. "NVIDIA H100 80GB HBM3"'),
     ("pci.device_id", "(device << 16) | vendor, e.g. 0x233010DE"),
@@ -293,7 +388,11 @@ def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
 
     Each layer is type-checked on its own, so a bad default is reported once
     (under ``device_defaults``) rather than once per device; what every GPU
-    must have is checked on the merged result.
+    must have is checked on the merged result.  A required field missing
+    from every device is reported once, under ``device_defaults``, where it
+    is usually meant to live.  Index, minor number and bus id must each be
+    unique across devices; a broken device is left out so the rest can be
+    checked, and the list is empty whenever a required field is missing.
     """
     defaults: dict[str, Any] = {}
     if top.get("device_defaults") is not None:
@@ -307,6 +406,7 @@ def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
     if not entries:
         p.add("devices", "empty list, expected at least one device")
     result: list[DeviceSpec] = []
+    # required path -> the devices missing it; value -> first position using it
     missing: dict[str, list[str]] = {}
     seen: dict[str, dict[Any, int]] = {"index": {}, "minor_number": {}, "pci.bus_id": {}}
     for pos, entry in enumerate(entries):
@@ -339,10 +439,13 @@ def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
         else:
             for path in paths:
                 p.add(sub(path, key), f"missing, expected {expected}")
+    # No devices at all when one lacks a required field: ``_roots`` then skips
+    # its cross-check instead of calling every listed bus id undeclared.
     return result if not missing else []
 
 
 def _lookup(mapping: Mapping[str, Any], dotted: str) -> Any:
+    """``mapping["a"]["b"]`` for ``"a.b"``; ``None`` when a step is missing or not a mapping."""
     value: Any = mapping
     for key in dotted.split("."):
         value = value.get(key) if isinstance(value, Mapping) else None
@@ -352,6 +455,13 @@ def _lookup(mapping: Mapping[str, Any], dotted: str) -> Any:
 def _device(
     p: Problems, path: str, pos: int, entry: Mapping[str, Any], merged: Mapping[str, Any]
 ) -> DeviceSpec | None:
+    """One device entry; ``None`` when it (``entry``) or its merged config has a problem.
+
+    ``index`` must be on the entry itself: a default index would give every
+    GPU the same one.  The bus id may come from either layer; the fabric
+    ``state`` is checked here on the merged config, since either layer may
+    hold it (``check_fabric`` runs with ``partial=True`` per layer).
+    """
     before = len(p.items)
     index = checks.require(p, path, entry, "index", "the device index (an integer >= 0)")
     if index is not None:
@@ -365,6 +475,7 @@ def _device(
         p.add(sub(path, "fabric.state"), f"missing, expected one of: {', '.join(FABRIC_STATES)}")
     if len(p.items) > before or index is None or bus_id is None:
         return None
+    # YAML reads an unquoted serial like 1654922000000 as an int; keep its digits.
     serial = merged.get("serial")
     return DeviceSpec(
         index=index, position=pos, uuid=merged.get("uuid"),
@@ -375,11 +486,17 @@ def _device(
 
 
 def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
-    """Type-check the device fields the daemon reads, where present; others pass through."""
+    """Type-check the device fields the daemon reads, where present; others pass through.
+
+    Called once per layer (``device_defaults``, then each entry), so every
+    problem is reported where it was written.  Nothing is required here;
+    presence is the merged config's business (``_devices``, ``_device``).
+    """
     if cfg.get("uuid") is not None:
         checks.as_match(p, sub(path, "uuid"), cfg["uuid"], checks.GPU_UUID_RE,
                         "a GPU UUID GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
     serial = cfg.get("serial")
+    # a number is a fine serial (see ``_device``); anything else must be text
     if serial is not None and (isinstance(serial, bool) or not isinstance(serial, int)):
         checks.as_str(p, sub(path, "serial"), serial)
     if cfg.get("minor_number") is not None:
@@ -396,6 +513,7 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
             checks.as_bdf(p, sub(path, "pci.bus_id"), pci_map["bus_id"])
         for key in ("device_id", "subsystem_id"):
             if pci_map.get(key) is not None:
+                # 32 bits: (device << 16) | vendor, NVML's packing (0x233010DE)
                 checks.as_int(p, sub(path, f"pci.{key}"), pci_map[key], lo=0, hi=0xFFFFFFFF)
     cc = cfg.get("compute_capability")
     if cc is not None and (cc_map := checks.as_mapping(p, sub(path, "compute_capability"), cc)):
@@ -422,6 +540,11 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
 
 
 def _nvlink(p: Problems, raw: Any) -> NvlinkSpec | None:
+    """``nvlink``: the three numbers are required, switches need unique addresses.
+
+    A switch entry with a bad field is reported and left out; the block is
+    ``None`` (no NVLink) only when it is absent or a required number failed.
+    """
     if raw is None:
         return None
     nv = checks.as_mapping(p, "nvlink", raw)
@@ -432,6 +555,7 @@ def _nvlink(p: Problems, raw: Any) -> NvlinkSpec | None:
     for key in ("version", "links_per_gpu", "bandwidth_per_link_mbps"):
         value = checks.require(p, "nvlink", nv, key, "an integer >= 0")
         ints[key] = None if value is None else checks.as_int(p, f"nvlink.{key}", value, lo=0)
+    # C2C exists only where a GPU pairs with a Grace CPU: off unless stated
     c2c = nv.get("c2c_enabled", False)
     c2c = checks.as_bool(p, "nvlink.c2c_enabled", c2c)
     switches: list[SwitchSpec] = []
@@ -457,6 +581,13 @@ def _nvlink(p: Problems, raw: Any) -> NvlinkSpec | None:
 
 
 def _roots(p: Problems, raw: Any, devices: list[DeviceSpec]) -> list[RootSpec]:
+    """``pcie_topology.root_complexes``: unique ids, each GPU under at most one root.
+
+    Every bus id a root lists must be some device's ``pci.bus_id``: a typo
+    there would otherwise leave a GPU silently under the default root.  When
+    the devices themselves failed to parse, that cross-check is skipped
+    rather than reporting every listed address as unknown.
+    """
     if raw is None:
         return []
     topo = checks.as_mapping(p, "pcie_topology", raw)
@@ -483,6 +614,7 @@ def _roots(p: Problems, raw: Any, devices: list[DeviceSpec]) -> list[RootSpec]:
             if rid in ids:
                 p.add(sub(path, "id"), f"{rid!r} repeats an earlier root, expected unique ids")
             ids.add(rid)
+        # -1 is what the kernel writes to numa_node when firmware gives none
         numa = checks.as_int(p, sub(path, "numa_node"), root.get("numa_node", 0), lo=-1)
         cpulist = root.get("cpulist")
         if cpulist is not None:
@@ -501,6 +633,7 @@ def _roots(p: Problems, raw: Any, devices: list[DeviceSpec]) -> list[RootSpec]:
             if devices and bdf not in declared:
                 p.add(dpath, f"{dev!r} is not the pci.bus_id of any entry in devices")
                 continue
+            # ``path`` names a root whose id failed, so later messages still point at it
             owner[bdf] = rid or path
             bdfs.append(bdf)
         if rid is not None and numa is not None:
@@ -509,6 +642,11 @@ def _roots(p: Problems, raw: Any, devices: list[DeviceSpec]) -> list[RootSpec]:
 
 
 def _infiniband(p: Problems, raw: Any) -> InfinibandSpec | None:
+    """``infiniband``: ``None`` when absent, disabled, or any field failed.
+
+    A block without ``enabled`` is on (writing it means wanting it).  Every
+    field is optional and falls back to ``InfinibandSpec``'s defaults.
+    """
     if raw is None:
         return None
     ib = checks.as_mapping(p, "infiniband", raw)
@@ -534,6 +672,8 @@ def _infiniband(p: Problems, raw: Any) -> InfinibandSpec | None:
         values["hca_count"] = checks.as_int(p, "infiniband.hca_count", ib["hca_count"],
                                             lo=1, hi=256)
     if ib.get("guid_prefix") is not None and values.get("guid_prefix"):
+        # the identity code keeps the first three bytes (the vendor's OUI) and
+        # hashes the rest, so a shorter prefix has nothing to keep
         digits = re.sub(r"[^0-9a-fA-F]", "", values["guid_prefix"])
         if len(digits) < 6:
             p.add("infiniband.guid_prefix", f"{ib['guid_prefix']!r} has fewer than 3 bytes, "
@@ -547,11 +687,18 @@ def _infiniband(p: Problems, raw: Any) -> InfinibandSpec | None:
 
 
 def is_builtin(name_or_path: str | Path) -> bool:
+    """A built-in profile's name; a ``Path`` is always a file, even ``Path("h100")``."""
     return isinstance(name_or_path, str) and name_or_path in BUILTIN_PROFILES
 
 
 def read_profile_text(name_or_path: str | Path) -> tuple[str, str]:
-    """(label, text) of a built-in profile name or a file path; ``SpecError`` if unreadable."""
+    """(label, text) of a built-in profile name or a file path; ``SpecError`` if unreadable.
+
+    A built-in's label is ``<name>.yaml`` so its messages read like a file's.
+    Built-ins are read through ``importlib.resources``, which works whether
+    the package is installed as files or zipped.  Tests use the text to
+    derive variants of a built-in.
+    """
     if is_builtin(name_or_path):
         name = str(name_or_path)
         resource = importlib.resources.files("mokka.state") / "profiles" / f"{name}.yaml"
@@ -569,10 +716,15 @@ def read_profile_text(name_or_path: str | Path) -> tuple[str, str]:
 
 
 def parse_profile(text: str, *, source: str, name: str | None = None) -> Profile:
+    """Parse (no base-60 numbers, see ``checks.load_yaml``) and validate a profile's text."""
     return Profile.from_mapping(load_yaml(text, source), source=source, name=name)
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
-    """A built-in profile by name (``h100``) or a profile file by path."""
+    """A built-in profile by name (``h100``) or a profile file by path.
+
+    The profile's ``name`` is the argument as given, so the state and the
+    engine config say ``h100`` or the path the user passed.
+    """
     label, text = read_profile_text(name_or_path)
     return parse_profile(text, source=label, name=str(name_or_path))

@@ -12,6 +12,12 @@ id) and the ``nodes`` in it.  The first clique listing a node gives it its
 fabric identity (``Topology.placement``).  The parsed value is
 ``mokka.state.model.Topology``; it keeps the text as read, which the nvlink
 simulator stages verbatim.
+
+Only the fabric identity comes from here: the compiler folds this node's
+placement into every GPU that has a ``fabric`` block (state ``completed``),
+and a node the document does not list keeps its profile's values.  Node
+names are matched exactly as the kubelet registers them (no case folding),
+the same names ``--node-name`` and the identity hash use.
 """
 
 from __future__ import annotations
@@ -24,13 +30,23 @@ from mokka.state.checks import Problems, load_yaml, read_optional, sub
 from mokka.state.model import Clique, Domain, Topology
 
 DOCUMENT_KEYS = ("version", "domains")
+#: Inside the chart's ``topology:`` wrapper; its ``version`` is optional there
+#: and falls back to the top level's, then to 1.
 WRAPPED_KEYS = ("enabled", "domains", "version")
 DOMAIN_KEYS = ("name", "uuid", "cliques")
 CLIQUE_KEYS = ("id", "nodes")
 
 
 def topology_from_mapping(doc: Any, *, source: str, text: str = "") -> Topology | None:
-    """Validate ``yaml.safe_load`` output; ``None`` for an empty or disabled document."""
+    """Validate ``yaml.safe_load`` output; ``None`` for an empty or disabled document.
+
+    ``text`` is the document as read; it is kept on the result because the
+    nvlink simulator stages it byte for byte and the content hash covers it
+    (a comment edit there is a real change for the containers that read
+    the file).  Raises ``SpecError`` listing every problem.  The parse
+    stops early only where the shape is too wrong to go on: the document or
+    the wrapper is not a mapping, or ``enabled: false`` (nothing to check).
+    """
     if doc is None:
         return None
     p = Problems(source)
@@ -46,6 +62,7 @@ def topology_from_mapping(doc: Any, *, source: str, text: str = "") -> Topology 
         p.raise_if_any()
         assert inner is not None
         checks.check_keys(p, "topology", inner, WRAPPED_KEYS)
+        # A wrapper without ``enabled`` is on: writing the block means using it.
         enabled = checks.as_bool(p, "topology.enabled", inner.get("enabled", True))
         if enabled is False:
             p.raise_if_any()
@@ -56,6 +73,8 @@ def topology_from_mapping(doc: Any, *, source: str, text: str = "") -> Topology 
         checks.check_keys(p, "", top, DOCUMENT_KEYS)
         body = top
         version = checks.require(p, "", top, "version", "1")
+    # 1, 1.0 and "1" all mean version 1; ``True`` is refused although
+    # Python's ``True == 1`` (``version: yes`` is a mistake, not a version).
     if version is not None and (isinstance(version, bool) or str(version).split(".")[0] != "1"):
         p.add(sub(prefix, "version"), f"{checks.found(version)} is not supported, expected 1")
     domains = _domains(p, prefix, body)
@@ -64,6 +83,12 @@ def topology_from_mapping(doc: Any, *, source: str, text: str = "") -> Topology 
 
 
 def _domains(p: Problems, prefix: str, body: dict[str, Any]) -> list[Domain]:
+    """``domains[]``: each with a unique ``uuid``, an optional ``name`` and its cliques.
+
+    ``prefix`` is ``"topology"`` for the wrapped spelling, so messages point
+    at the field as the user wrote it.  A domain whose UUID is bad is left
+    out but its cliques are still checked, so one pass reports everything.
+    """
     path = sub(prefix, "domains")
     raw = checks.require(p, prefix, body, "domains", "a list of domains with uuid and cliques")
     items = checks.as_list(p, path, raw) if raw is not None else None
@@ -83,6 +108,8 @@ def _domains(p: Problems, prefix: str, body: dict[str, Any]) -> list[Domain]:
             uuid = checks.as_match(p, sub(dpath, "uuid"), uuid, checks.UUID_RE,
                                    "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
         if uuid is not None:
+            # lower case, as nvidia-smi prints cluster UUIDs; a repeat would put
+            # two separate domains' GPUs into one fabric
             uuid = uuid.lower()
             if uuid in seen:
                 p.add(sub(dpath, "uuid"), f"{uuid!r} repeats domains[{seen[uuid]}], expected "
@@ -95,6 +122,13 @@ def _domains(p: Problems, prefix: str, body: dict[str, Any]) -> list[Domain]:
 
 
 def _cliques(p: Problems, dpath: str, dom: dict[str, Any]) -> list[Clique]:
+    """``cliques[]`` of one domain: a unique integer ``id`` and the ``nodes`` in it.
+
+    Clique ids need only be unique within their domain (the fabric identity
+    is the pair of cluster UUID and clique id).  A node listed in two
+    cliques is not refused: ``Topology.placement`` takes the first one in
+    document order, domains first, then cliques.
+    """
     path = sub(dpath, "cliques")
     raw = checks.require(p, dpath, dom, "cliques", "a list of cliques with id and nodes")
     items = checks.as_list(p, path, raw) if raw is not None else None
@@ -127,10 +161,15 @@ def _cliques(p: Problems, dpath: str, dom: dict[str, Any]) -> list[Clique]:
 
 
 def parse_topology(text: str, *, source: str) -> Topology | None:
+    """Parse and validate a document's text; ``source`` names it in every message."""
     return topology_from_mapping(load_yaml(text, source), source=source, text=text)
 
 
 def load_topology(path: Path) -> Topology | None:
-    """The topology document at ``path``; ``None`` when absent, empty or disabled."""
+    """The topology document at ``path``; ``None`` when absent, empty or disabled.
+
+    Absent is normal: a node outside any ComputeDomain has no document, and
+    the file source notices when one appears.
+    """
     text = read_optional(path, "topology document")
     return None if text is None else parse_topology(text, source=str(path))

@@ -16,6 +16,13 @@ ids, per-link NVLink remotes, NUMA node and CPU list, the fabric identity with
 this node's clique folded in, failure injection and the pending Xids.  The
 function is pure: the gpudriver simulator stages its output atomically at
 ``mokka.layout.ENGINE_CONFIG``.
+
+Whatever the writer emits, the reader must accept: a file the library
+rejects leaves every NVML process on the node with the last good snapshot
+(or, at start, with ``NVML_ERROR_UNKNOWN``).  So the writer repeats the
+reader's limits (key and value lengths, device count, the words it maps)
+and raises ``SpecError`` naming the GPU and field, which fails the Stage
+wave with a message instead of shipping a file the library would refuse.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 
 #: Length limits the C parser enforces (it rejects longer keys and values), so
-#: the writer refuses them first with a message naming the field.
+#: the writer refuses them first with a message naming the field
+#: (``MOCK_MAX_KEY`` and ``MOCK_MAX_VALUE`` in ``native/nvml/mock.h``; the
+#: value limit is in bytes of UTF-8).
 MAX_KEY_LENGTH = 200
 MAX_VALUE_LENGTH = 4096
 
@@ -49,10 +58,13 @@ MAX_DEVICES = 64
 #: out with a warning instead of corrupting the file.
 _SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
 
-#: Characters a string value may not contain: the format is one line per key.
+#: Characters a string value may not contain: the format is one line per key,
+#: and the C0 controls and DEL have no business in any NVML string.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-#: Profile architecture names the library maps to ``NVML_DEVICE_ARCH_*``.
+#: Profile architecture names the library maps to ``NVML_DEVICE_ARCH_*``
+#: (its table in ``native/nvml/devices.c``); anything else reads as
+#: ``NVML_DEVICE_ARCH_UNKNOWN``, hence the warning in ``_typed_device_fields``.
 ARCHITECTURES = (
     "kepler",
     "maxwell",
@@ -69,6 +81,9 @@ ARCHITECTURES = (
 ARCHITECTURE_ALIASES = {"ada_lovelace": "ada", "ada lovelace": "ada"}
 
 #: Fabric probe states the library understands (``auto`` follows the marker).
+#: The same words as ``mokka.state.device_checks``, kept here as the
+#: library's side of the contract: a ``State`` built without the parsers
+#: (a test, another source) is still checked before it reaches C.
 FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "auto")
 
 #: Failure modes the library implements.
@@ -89,6 +104,11 @@ def render_engine_config(state: State) -> str:
 
     Raises ``SpecError`` when a value cannot be represented (a newline in a
     string, an over-long value, too many GPUs), naming the device and field.
+
+    Order: ``format`` first (the reader checks it before anything else),
+    then the node-wide keys, then one block per GPU in state order.  The
+    order is fixed so equal states give byte-equal files and a re-stage
+    rewrites nothing.
     """
     if len(state.gpus) > MAX_DEVICES:
         raise SpecError(
@@ -116,6 +136,7 @@ def render_engine_config(state: State) -> str:
 
 
 def _system_entries(state: State) -> Iterator[tuple[str, Any]]:
+    """The driver's own facts; the CUDA version in NVML's integer form (13.0 → 13000)."""
     system = state.system
     yield "system.driver_version", system.driver_version
     yield "system.nvml_version", system.nvml_version
@@ -123,6 +144,7 @@ def _system_entries(state: State) -> Iterator[tuple[str, Any]]:
 
 
 def _nvlink_entries(state: State) -> Iterator[tuple[str, Any]]:
+    """Node-wide NVLink facts and the NVSwitches (bus ids in NVML's spelling)."""
     nvlink = state.nvlink
     if nvlink is None:
         yield "nvlink.links_per_gpu", 0
@@ -138,6 +160,7 @@ def _nvlink_entries(state: State) -> Iterator[tuple[str, Any]]:
 
 
 def _xid_entries(state: State) -> Iterator[tuple[str, Any]]:
+    """The pending Xids; the library delivers each ``id`` once per process through events."""
     # Positions, not profile indices: the library addresses devices by their
     # place in this file, and a Xid for a GPU that is not staged is dropped.
     position_of = {gpu.index: position for position, gpu in enumerate(state.gpus)}
@@ -150,6 +173,7 @@ def _xid_entries(state: State) -> Iterator[tuple[str, Any]]:
 
 
 def _device_entries(state: State, position: int, gpu: Gpu) -> list[tuple[str, Any]]:
+    """Every ``device.<position>.*`` entry of one GPU: profile fields, then typed ones."""
     prefix = f"device.{position}"
     typed = dict(_typed_device_fields(state, gpu))
     # Generic profile fields first, then the typed ones on top: the typed
@@ -161,11 +185,18 @@ def _device_entries(state: State, position: int, gpu: Gpu) -> list[tuple[str, An
 
 
 def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
+    """The fields the daemon resolves itself, in the spellings the library looks up.
+
+    Enumerations are lower-case words the C tables match (brand,
+    architecture, fabric state, failure mode).  Raises ``SpecError`` for a
+    fabric state or failure mode the library does not implement.
+    """
     yield "index", gpu.index
     yield "minor", gpu.minor
     yield "uuid", gpu.uuid
     yield "serial", gpu.serial
     yield "name", gpu.name
+    # lower-case: the library's brand table spells NVML_BRAND_* that way
     yield "brand", gpu.brand.lower()
     architecture = gpu.architecture.lower()
     architecture = ARCHITECTURE_ALIASES.get(architecture, architecture)
@@ -182,6 +213,8 @@ def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
     if gpu.module_id is not None:
         yield "module_id", gpu.module_id
 
+    # ``nvmlPciInfo_t`` carries the address twice: ``busId`` with an 8-digit
+    # domain and ``busIdLegacy`` with a 4-digit one, plus the parts as numbers.
     domain, bus, devfn = gpu.bus_id.split(":", 2)
     slot, function = devfn.split(".", 1)
     yield "pci.bus_id", gpu.nvml_bus_id
@@ -197,6 +230,8 @@ def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
 
     yield "root_complex", gpu.root_complex
     yield "numa_node", gpu.numa_node
+    # ``nvmlDeviceGetCpuAffinity``; without the key the library reports every
+    # online CPU, as a host whose firmware gives no locality does
     for root in state.pcie_roots:
         if root.id == gpu.root_complex and root.cpulist:
             yield "cpu_affinity", root.cpulist
@@ -244,6 +279,13 @@ def _addressing_mode(state: State, gpu: Gpu) -> str:
 
 
 def _link_entries(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
+    """Per NVLink: what is at the far end, and its bus id when it is a PCI function here.
+
+    The library answers a query for a link at or past ``link_count`` with
+    NOT_SUPPORTED, feeds ``GetNvLinkRemotePciInfo`` from ``remote_bus_id``,
+    and counts the ``switch`` links for field 147 (``topo -m`` prints NV18
+    for 18 of them).
+    """
     nvlink = state.nvlink
     links = nvlink.links_per_gpu if nvlink is not None else 0
     yield "nvlink.link_count", links
@@ -268,7 +310,12 @@ def _link_entries(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
 
 
 def nvml_bus_id(bdf: str) -> str:
-    """Any ``[dddd:]bb:dd.f`` spelling → NVML's ``DDDDDDDD:BB:DD.F``."""
+    """Any ``[dddd:]bb:dd.f`` spelling → NVML's ``DDDDDDDD:BB:DD.F``.
+
+    A missing domain is 0, as ``lspci`` prints addresses on single-domain
+    hosts.  The result is the ``busId`` spelling every NVML consumer
+    compares against (device plugin, DRA, ``nvidia-smi``).
+    """
     parts = bdf.split(":")
     if len(parts) == 2:
         parts.insert(0, "0")
@@ -277,7 +324,12 @@ def nvml_bus_id(bdf: str) -> str:
 
 
 def _flatten(value: Any, *, where: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Nested dicts/lists → ``(dotted key, scalar)``; lists get ``.count`` and ``.<i>``."""
+    """Nested dicts/lists → ``(dotted key, scalar)``; lists get ``.count`` and ``.<i>``.
+
+    ``.count`` lets the C side walk a list without scanning for keys.  A
+    ``None`` is left out, so the library falls back to its own default as
+    if the profile had no such field.  ``where`` names the GPU in warnings.
+    """
     if isinstance(value, Mapping):
         for key, item in value.items():
             segment = str(key)
@@ -301,6 +353,7 @@ def _flatten(value: Any, *, where: str, prefix: str = "") -> Iterator[tuple[str,
 
 
 def _format_line(key: str, value: Any) -> str:
+    """One ``key: value`` line; ``SpecError`` if the key is longer than the reader allows."""
     if len(key) > MAX_KEY_LENGTH:
         raise SpecError(
             f"engine config: {key[:60]}...: key is {len(key)} characters, "
@@ -310,6 +363,12 @@ def _format_line(key: str, value: Any) -> str:
 
 
 def _format_value(key: str, value: Any) -> str:
+    """A value in the format's spelling, readable by both the C reader and PyYAML.
+
+    Strings are always double-quoted, so ``"1.0"`` or ``"on"`` stay strings
+    to a YAML reader; the only escapes are ``\\"`` and ``\\\\``, the two the C
+    reader undoes.  ``bool`` is tested before ``int`` (it is one to Python).
+    """
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -317,11 +376,14 @@ def _format_value(key: str, value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise SpecError(f"engine config: {key}: got {value!r}, expected a finite number")
+        # repr: the shortest text that reads back as the same double (strtod)
         text = repr(value)
         # PyYAML (YAML 1.1) reads ``1e-05`` as a string: keep a dot in the mantissa.
         if "e" in text and "." not in text.split("e")[0]:
             mantissa, exponent = text.split("e")
             text = f"{mantissa}.0e{exponent}"
+        # PyYAML's float pattern also wants a signed exponent; ``repr`` always
+        # writes the sign, so this is a guard rather than a case seen in practice
         if "e" in text and text.split("e")[1][0] not in "+-":
             mantissa, exponent = text.split("e")
             text = f"{mantissa}e+{exponent}"

@@ -2,8 +2,10 @@
 
 Modules, one concept each: ``hca`` (which HCAs a state calls for, every
 value as sysfs spells it), ``sysfs`` (the tree as artifacts), ``tools``
-(the ``ibstat``/``ibstatus``/``ibv_devinfo`` wrappers), ``settings``
-(``--ib-mode``), ``simulator`` (the ``Simulator`` tying them to the waves).
+(the ``ibstat``/``ibstatus``/``ibv_devinfo``/``ibv_devices`` wrappers),
+``bundle`` (the image's real tools, staged into the driver tree),
+``settings`` (``--ib-mode``, ``--ib-tools-dir``), ``simulator`` (the
+``Simulator`` tying them to the waves).
 The verbs shim itself is C: ``native/ibshim``.
 """
 

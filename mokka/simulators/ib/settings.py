@@ -1,14 +1,16 @@
-"""Settings of the ib simulator, and the flag they come from.
+"""Settings of the ib simulator, and the flags they come from.
 
-One knob: how much of an InfiniBand node to simulate.  It is a node
-property (a cluster may want HCAs on some GPU nodes only), so it arrives as
-a flag; whether the *profile* has HCAs at all is the profile's business
-(its ``infiniband`` block), which ``auto`` follows.
+Two knobs, both node properties, so they arrive as flags: how much of an
+InfiniBand node to simulate (a cluster may want HCAs on some GPU nodes
+only; whether the *profile* has HCAs at all is the profile's business, its
+``infiniband`` block, which ``auto`` follows), and where the daemon's image
+keeps the real IB tools it stages for nodes that lack them.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import attrs
 
@@ -17,9 +19,14 @@ from mokka.errors import SpecError
 #: ``auto``: ``sysfs`` when the profile has an enabled ``infiniband`` block,
 #: else ``off``.  ``off``: nothing is staged.  ``sysfs``: the sysfs classes,
 #: the device nodes and the ``ibstat``/``ibstatus`` wrappers.  ``full``:
-#: ``sysfs`` plus the verbs shim ``libibshim.so`` and an ``ibv_devinfo``
-#: wrapper.
+#: ``sysfs`` plus the verbs shim ``libibshim.so`` and the ``ibv_devinfo`` and
+#: ``ibv_devices`` wrappers.
 MODES = ("auto", "off", "sysfs", "full")
+
+#: Where the image keeps Debian's ``ibstat``, ``ibstatus``, ``ibv_devinfo``
+#: and ``ibv_devices`` with their library closure (``bin/``, ``lib/``; laid
+#: out by ``deploy/image/install-ib-tools.sh``).
+DEFAULT_TOOLS_DIR = Path("/usr/local/lib/mokka/ib")
 
 
 @attrs.frozen(kw_only=True)
@@ -31,6 +38,13 @@ class IbSettings:
     #: gb200, gb300) get them, with the surface every sysfs reader needs.
     #: ``full`` is opt-in: it stages a preload library as well.
     mode: str = "auto"
+    #: Path, in the daemon's own filesystem (not under the node root), of
+    #: the image's IB tools bundle.  When the directory exists its ``bin/``
+    #: and ``lib/`` are staged into the driver tree and the wrappers run
+    #: those copies, so a node needs no ``infiniband-diags`` or
+    #: ``ibverbs-utils`` of its own; when it does not (a run from a
+    #: checkout, the tests), the wrappers run the machine's installed tools.
+    tools_dir: Path = attrs.field(default=DEFAULT_TOOLS_DIR, converter=Path)
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -45,11 +59,11 @@ class IbSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> IbSettings:
         """Build from the parsed daemon flags (see ``add_arguments``)."""
-        return cls(mode=args.ib_mode)
+        return cls(mode=args.ib_mode, tools_dir=args.ib_tools_dir)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ib flag, in its own argument group."""
+    """Add the ib flags, in their own argument group."""
     group = parser.add_argument_group("ib", "mock InfiniBand HCAs (sysfs, device nodes, tools)")
     group.add_argument(
         "--ib-mode",
@@ -57,5 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=IbSettings().mode,
         help="InfiniBand HCAs: auto = sysfs when the profile has an enabled infiniband block; "
         "sysfs = sysfs tree, device nodes, ibstat/ibstatus wrappers; full = sysfs plus the "
-        "verbs shim and an ibv_devinfo wrapper; off = none (default: %(default)s)",
+        "verbs shim and ibv_devinfo/ibv_devices wrappers; off = none (default: %(default)s)",
+    )
+    group.add_argument(
+        "--ib-tools-dir",
+        type=Path,
+        default=IbSettings().tools_dir,
+        metavar="DIR",
+        help="the image's real IB tools (bin/, lib/) to stage into the driver tree for the "
+        "wrappers; when DIR does not exist the wrappers run the machine's own ibstat, "
+        "ibstatus, ibv_devinfo, ibv_devices (default: %(default)s)",
     )

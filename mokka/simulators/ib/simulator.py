@@ -8,7 +8,11 @@ Stage converges, in one ``Host.converge`` batch under the owner ``ib``:
 * the wrappers ``ibstat`` and ``ibstatus`` in the driver tree's ``usr/bin``
   (``tools.py``);
 * in ``full`` mode also the verbs shim ``libibshim.so`` beside
-  ``libmockfs.so`` and an ``ibv_devinfo`` wrapper.
+  ``libmockfs.so`` and the ``ibv_devinfo`` and ``ibv_devices`` wrappers;
+* when the image has its IB tools bundle (``--ib-tools-dir``, see
+  ``bundle.py``), copies of its ``bin/`` and ``lib/`` in the driver tree,
+  which the wrappers run instead of the machine's tools.  Readiness says
+  which tools the wrappers run.
 
 When the effective mode is ``off`` (``--ib-mode off``, or ``auto`` on a
 profile without an enabled ``infiniband`` block) Stage converges the owner
@@ -29,6 +33,7 @@ import trio
 from mokka import layout, native
 from mokka.host import Artifact, CopyOf, Host
 from mokka.simulators.base import Readiness
+from mokka.simulators.ib.bundle import STAGED_DIR, bundle_artifacts, find_bundle
 from mokka.simulators.ib.hca import plan_hcas
 from mokka.simulators.ib.settings import IbSettings
 from mokka.simulators.ib.sysfs import tree_artifacts
@@ -42,6 +47,20 @@ OWNER = "ib"
 
 #: Where the verbs shim is staged in ``full`` mode (beside ``libmockfs.so``).
 IBSHIM_STAGED = f"{layout.DRIVER_LOCAL_LIB}/{native.IBSHIM_LIBRARY}"
+
+
+@attrs.frozen(kw_only=True)
+class IbPlan:
+    """What one stage converges, and what readiness and the log say about it."""
+
+    #: effective mode: ``off``, ``sysfs`` or ``full``
+    mode: str
+    #: everything the owner ``ib`` holds after the converge
+    artifacts: list[Artifact]
+    #: HCAs in the tree (0: empty classes, or mode ``off``)
+    hca_count: int
+    #: which tools the wrappers run, for readiness and the log ("" when off)
+    tools: str
 
 
 @attrs.define(eq=False)
@@ -58,32 +77,43 @@ class IbSimulator:
     def readiness(self) -> Readiness:
         return self._readiness
 
-    def plan(self, state: State) -> tuple[str, list[Artifact], int]:
-        """(effective mode, artifacts, HCA count) for ``state``; raises ``SpecError``.
+    def plan(self, state: State) -> IbPlan:
+        """What to converge for ``state``; raises ``SpecError``.
 
-        Pure: nothing is read from or written to the node, so a bad profile
-        or a missing shim fails before the tree is touched.
+        Pure with respect to the node: nothing is read from or written to
+        it, so a bad profile, a missing shim or a broken tools bundle fails
+        before the tree is touched.  (The shim and the bundle are read from
+        the daemon's own filesystem.)
         """
         mode = self.settings.effective_mode(state.infiniband is not None)
         if mode == "off":
-            return mode, [], 0
+            return IbPlan(mode=mode, artifacts=[], hca_count=0, tools="")
         hcas = plan_hcas(state)
+        tools = FULL_TOOLS if mode == "full" else SYSFS_TOOLS
         artifacts = tree_artifacts(hcas)
         if mode == "full":
             library = native.artifact(native.IBSHIM_LIBRARY)
             artifacts.append(CopyOf(IBSHIM_STAGED, library, mode=0o755))
-            artifacts += wrapper_artifacts(FULL_TOOLS)
+        bundle = find_bundle(self.settings.tools_dir, tuple(t.name for t in tools))
+        if bundle is None:
+            used = (
+                f"the machine's own {', '.join(t.real for t in tools)} "
+                f"(no {self.settings.tools_dir})"
+            )
         else:
-            artifacts += wrapper_artifacts(SYSFS_TOOLS)
-        return mode, artifacts, len(hcas)
+            artifacts += bundle_artifacts(bundle)
+            used = f"the image's tools from {bundle.directory}, staged in {STAGED_DIR}"
+        artifacts += wrapper_artifacts(tools, staged=bundle is not None)
+        return IbPlan(mode=mode, artifacts=artifacts, hca_count=len(hcas), tools=used)
 
     async def stage(self, host: Host, state: State) -> None:
         try:
-            mode, artifacts, count = self.plan(state)
-            report = await trio.to_thread.run_sync(host.converge, OWNER, artifacts)
+            plan = self.plan(state)
+            report = await trio.to_thread.run_sync(host.converge, OWNER, plan.artifacts)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"stage failed: {exc}")
             raise
+        mode, count = plan.mode, plan.hca_count
         if mode == "off":
             why = "--ib-mode off" if self.settings.mode == "off" else (
                 "the profile has no enabled infiniband block"
@@ -98,6 +128,8 @@ class IbSimulator:
                 f"{mode}: {count} HCA(s) mlx5_0..mlx5_{count - 1}, {ib.hca_type}, "
                 f"{ib.rate_gbps} Gb/s, port {ib.port_state}"
             )
+        if plan.tools:
+            summary = f"{summary}; wrappers run {plan.tools}"
         if report.degraded:
             # Placeholder device nodes (no CAP_MKNOD): sysfs readers work, but
             # nothing can open /dev/infiniband/*.

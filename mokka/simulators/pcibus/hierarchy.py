@@ -22,6 +22,13 @@ carry Broadcom's vendor id.  The bridge takes a real switch id matching the
 link generation below it: Broadcom PEX890xx (``1000:c030``, what HGX H100
 boards carry) for Gen 5 and up, PEX880xx (``1000:c010``, HGX A100) for
 Gen 4, PLX PEX 8747 (``10b5:8747``) for older links.
+
+The plan is values only, so tests check it without a filesystem, and it is
+rendered by ``sysfs.py`` and ``config_space.py`` without either of them
+deciding anything.  Everything here is deterministic in the state: equal
+states give equal trees, which is what lets a second Stage rewrite
+nothing.  Bad profile values the tree needs raise ``SpecError`` naming the
+profile field.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from mokka.errors import SpecError
 from mokka.simulators.pcibus.cpus import format_cpulist, format_cpumask, parse_cpulist
 from mokka.state.model import Gpu, RootComplex, State
 
+#: PCI vendor id of NVIDIA (the ``10de`` of NFD's ``pci-10de.present``).
 NVIDIA_VENDOR = 0x10DE
 #: ``0x030200``: display controller, 3D controller (what datacenter GPUs report).
 CLASS_3D_CONTROLLER = 0x030200
@@ -58,6 +66,8 @@ DEFAULT_LINK_GEN = 4
 DEFAULT_LINK_WIDTH = 16
 #: Link speeds ``lspci`` can name: Gen 1 (2.5 GT/s) .. Gen 6 (64 GT/s).
 MAX_LINK_GEN = 6
+#: Widths the PCIe specification defines (x12 and x32 included) and the
+#: Link Capabilities register can encode.
 LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 
 #: Interrupt numbers, one per function in BDF order, starting above the
@@ -72,7 +82,11 @@ _BRIDGE_SLOTS = (*range(1, 32), 0)
 
 @attrs.frozen
 class Link:
-    """A PCIe link as the Express capability reports it (generation 1..6, lanes)."""
+    """A PCIe link as the Express capability reports it (generation 1..6, lanes).
+
+    ``max_*`` is what the device can do (Link Capabilities, ``LnkCap``),
+    ``current_*`` what the link trained to (Link Status, ``LnkSta``).
+    """
 
     max_gen: int
     max_width: int
@@ -82,12 +96,17 @@ class Link:
 
 @attrs.frozen
 class PciFunction:
-    """One PCI function of the mock tree."""
+    """One PCI function of the mock tree.
+
+    Everything ``sysfs.py`` writes for it and ``config_space.py`` encodes is
+    here, already resolved; the renderers only format.
+    """
 
     #: canonical ``dddd:bb:dd.f``
     bdf: str
     #: ``gpu`` | ``bridge`` | ``nvswitch``
     role: str
+    #: 16-bit ids as in config space and the sysfs ``vendor``/``device`` files
     vendor: int
     device: int
     subsystem_vendor: int
@@ -96,6 +115,7 @@ class PciFunction:
     class_code: int
     #: the ``pciDDDD:BB`` root complex it belongs to
     root: str
+    #: the root's NUMA node (the device plugin reads it for GPU placement)
     numa_node: int
     #: ``local_cpulist`` / ``local_cpus`` contents (without newline)
     cpulist: str
@@ -103,6 +123,7 @@ class PciFunction:
     #: path below the sysfs root: ``devices/<root>/[<bridge>/]<bdf>``
     path: str
     link: Link
+    #: legacy interrupt line shown in ``irq``; distinct per function
     irq: int
     #: bridges: the bus they lead to (secondary = subordinate)
     secondary_bus: int | None = None
@@ -128,6 +149,7 @@ class PciTree:
     functions: tuple[PciFunction, ...]
 
     def by_role(self, role: str) -> tuple[PciFunction, ...]:
+        """The functions of one role (``gpu``, ``bridge``, ``nvswitch``), in BDF order."""
         return tuple(f for f in self.functions if f.role == role)
 
 
@@ -146,6 +168,8 @@ def split_root(root_id: str) -> tuple[int, int]:
 
 @attrs.frozen
 class _Endpoint:
+    """A GPU or NVSwitch before bridges exist; ``plan_tree`` gives it a parent and a path."""
+
     bdf: str
     role: str
     root: RootComplex
@@ -159,7 +183,13 @@ class _Endpoint:
 
 
 def _gpu_link(state: State, gpu: Gpu) -> Link:
-    """The GPU's PCIe link from its profile ``pcie`` block, checked."""
+    """The GPU's PCIe link from its profile ``pcie`` block, checked.
+
+    Missing values default to a Gen 4 x16 capability, and the current
+    values to the maximum ones (a link trained at full speed).  The
+    ``current`` defaults read the ``max`` values already resolved, which
+    the loop order guarantees.
+    """
     raw: Any = gpu.fields.get("pcie") if isinstance(gpu.fields, Mapping) else None
     if not isinstance(raw, Mapping):
         raw = {}
@@ -193,6 +223,11 @@ def _gpu_link(state: State, gpu: Gpu) -> Link:
 
 
 def _roots(state: State) -> dict[str, RootComplex]:
+    """Every root complex a function will sit under, by id (NVSwitch roots may be added later).
+
+    The state's roots hold only GPUs; a root for a GPU-less domain is made
+    by ``_switch_root`` when an NVSwitch needs one.
+    """
     roots = {root.id: root for root in state.pcie_roots}
     # A state compiled without a PCIe topology still names a root per GPU
     # (the compiler's default pci0000:00 on NUMA 0): honour it.
@@ -200,6 +235,7 @@ def _roots(state: State) -> dict[str, RootComplex]:
         roots.setdefault(
             gpu.root_complex, RootComplex(id=gpu.root_complex, numa_node=gpu.numa_node)
         )
+    # NVSwitches but no GPU (only a hand-built state): they still need a root.
     if not roots and state.nvlink is not None and state.nvlink.switches:
         roots["pci0000:00"] = RootComplex(id="pci0000:00", numa_node=0)
     return roots
@@ -228,6 +264,8 @@ def _cpus(
 
     The width is the highest CPU any root names, plus one (the kernel prints
     every mask over all CPUs of the machine, so all masks are equally wide).
+    A root without a profile ``cpulist`` is local to CPUs ``0..fallback_cpus-1``.
+    A bad ``cpulist`` raises ``SpecError`` naming its root's position.
     """
     per_root: dict[str, tuple[int, ...]] = {}
     for index, root in enumerate(state.pcie_roots):
@@ -246,7 +284,11 @@ def _cpus(
 
 
 def _bridge_ids(gen: int) -> tuple[int, int, int, int]:
-    """(vendor, device, subsystem vendor, subsystem device) of a switch port for ``gen``."""
+    """(vendor, device, subsystem vendor, subsystem device) of a switch port for ``gen``.
+
+    Ids pci.ids names, so ``lspci`` prints a real product instead of
+    "Device c010"; see the module docstring for which board carries which.
+    """
     if gen >= 5:
         return 0x1000, 0xC030, 0x1000, 0x100B  # PEX890xx, "PEX89000 ... Downstream Port"
     if gen == 4:
@@ -255,6 +297,12 @@ def _bridge_ids(gen: int) -> tuple[int, int, int, int]:
 
 
 def _endpoints(state: State, roots: dict[str, RootComplex]) -> list[_Endpoint]:
+    """The GPUs, then the NVSwitches, each on its own address (``SpecError`` otherwise).
+
+    NVSwitches take the id of the node's GPU generation and the highest
+    link generation of its GPUs (they share the baseboard), on a x4 link.
+    ``roots`` may gain a root for a switch in a GPU-less domain.
+    """
     endpoints: list[_Endpoint] = []
     links = {gpu.index: _gpu_link(state, gpu) for gpu in state.gpus}
     for gpu in state.gpus:
@@ -276,6 +324,7 @@ def _endpoints(state: State, roots: dict[str, RootComplex]) -> list[_Endpoint]:
     if switches:
         architectures = {gpu.architecture.lower() for gpu in state.gpus}
         device_id = DEFAULT_NVSWITCH_DEVICE_ID
+        # in table order, so on a mixed node the later generation wins
         for arch, known in NVSWITCH_DEVICE_IDS.items():
             if arch in architectures:
                 device_id = known
@@ -314,6 +363,13 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
     ``fallback_cpus``: CPUs a root complex is local to when the profile gives
     it no ``cpulist`` (all CPUs ``0..n-1``, what the kernel reports on a
     machine whose firmware gives no locality).
+
+    Steps: collect the endpoints, note which device numbers each bus
+    already uses, give every (root, downstream bus) pair one bridge on the
+    root's bus, hang each endpoint below its bridge (or the root), then
+    sort by address and number the IRQs.  Raises ``SpecError`` for a bad
+    link or cpulist, two endpoints on one address, or a root bus with no
+    device number left for another bridge.
     """
     roots = _roots(state)
     endpoints = _endpoints(state, roots)
@@ -325,7 +381,8 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
         domain, bus, device, _ = split_bdf(ep.bdf)
         occupied.setdefault((domain, bus), set()).add(device)
 
-    # One bridge per (root, downstream bus), allocated in bus order.
+    # One bridge per (root, downstream bus), allocated in bus order.  Endpoints
+    # on their root's own bus are not in here: they hang off the root.
     downstream: dict[tuple[str, int, int], list[_Endpoint]] = {}
     for ep in endpoints:
         domain, bus, _, _ = split_bdf(ep.bdf)
@@ -333,6 +390,7 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
             downstream.setdefault((ep.root.id, domain, bus), []).append(ep)
 
     def place(root: RootComplex, **fields: Any) -> PciFunction:
+        """A ``PciFunction`` under ``root``, with the root's CPU list and mask."""
         # IRQs are numbered once everything is sorted (below).
         return PciFunction(
             root=root.id,
@@ -343,7 +401,10 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
         )
 
     functions: list[PciFunction] = []
+    # endpoint BDF -> the BDF of the bridge above it
     parent_of: dict[str, str] = {}
+    # Sorted by (domain, bus, root): bridge device numbers follow the buses
+    # they lead to, so they depend on the set of buses, never on list order.
     for (root_id, _domain, bus), members in sorted(
         downstream.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])
     ):
@@ -358,6 +419,8 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
             )
         taken.add(slot)
         bridge_bdf = f"{root_domain:04x}:{root_bus:02x}:{slot:02x}.0"
+        # The port's downstream link is the endpoint's link; endpoints sharing
+        # a bus share the port, and the first one's link stands for it.
         link = members[0].link
         vendor, device, ss_vendor, ss_device = _bridge_ids(link.max_gen)
         functions.append(
@@ -399,6 +462,7 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
             )
         )
 
+    # Numeric sort (not text), then IRQs in that order: stable for equal states.
     functions.sort(key=lambda f: split_bdf(f.bdf))
     functions = [attrs.evolve(f, irq=FIRST_IRQ + ordinal) for ordinal, f in enumerate(functions)]
     return PciTree(functions=tuple(functions))

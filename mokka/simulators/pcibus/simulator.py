@@ -8,6 +8,11 @@ with fewer GPUs removes the others' entries; a second stage of the same
 state rewrites nothing.  Apply writes NFD's feature file under the separate
 owner ``pcibus-nfd``, so Revoke removes exactly that file and Discard
 exactly the staged tree.
+
+The order is the point of the split: NFD's label is what schedules GPU
+workloads (the GPU Operator selects on it), so it is published only in the
+Apply wave, after every simulator staged, and withdrawn first at teardown,
+while the tree it advertises still exists.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from mokka.state.model import State
 logger = logging.getLogger(__name__)
 
 #: Manifest owners: the staged tree + shim, and the published feature file.
+#: Two owners because their lifetimes differ: Revoke must drop the file while
+#: the tree stays until Discard.
 STAGE_OWNER = "pcibus"
 NFD_OWNER = "pcibus-nfd"
 
@@ -38,7 +45,12 @@ MOCKFS_STAGED = f"{layout.DRIVER_LOCAL_LIB}/{native.MOCKFS_LIBRARY}"
 
 @attrs.define(eq=False)
 class PcibusSimulator:
-    """See the module docstring; implements ``Simulator`` and ``Applier``."""
+    """See the module docstring; implements ``Simulator`` and ``Applier``.
+
+    Keeps no state besides its readiness: what exists on the node is in the
+    ``Host`` manifests, so a restarted daemon converges and discards from
+    there, including what a crashed predecessor left.
+    """
 
     settings: PcibusSettings = attrs.field(factory=PcibusSettings)
     name: str = attrs.field(default="pcibus", init=False)
@@ -48,9 +60,17 @@ class PcibusSimulator:
 
     @property
     def readiness(self) -> Readiness:
+        """Ready once a Stage succeeded, until the next failed Stage or a Discard."""
         return self._readiness
 
     async def stage(self, host: Host, state: State) -> None:
+        """Converge the PCI tree and the shim onto ``state``, in one batch and one thread hop.
+
+        A bad profile value the tree needs (a link width, a cpulist, two
+        functions on one address) raises ``SpecError`` from ``plan_tree``
+        before anything is written; any failure marks the simulator not
+        ready and propagates, so the Stage wave reports it.
+        """
         try:
             # Missing shim → NativeArtifactMissing before anything is written:
             # a tree without the shim that exposes it would be half a surface.
@@ -78,11 +98,13 @@ class PcibusSimulator:
         )
 
     async def discard(self, host: Host) -> None:
+        """Remove exactly what Stage created, as the manifest records it."""
         report = await trio.to_thread.run_sync(host.discard, STAGE_OWNER)
         self._readiness = Readiness.not_ready("the PCI tree was discarded")
         logger.info("pcibus discarded: %d path(s) removed", len(report.removed))
 
     async def apply(self, host: Host, state: State) -> None:
+        """Publish the NFD feature file (converged: a state without GPUs removes it)."""
         artifacts = feature_artifacts(state, self.settings.nfd_features_dir)
         report = await trio.to_thread.run_sync(host.converge, NFD_OWNER, artifacts)
         if report.changed:
@@ -93,6 +115,7 @@ class PcibusSimulator:
             )
 
     async def revoke(self, host: Host) -> None:
+        """Withdraw the feature file; NFD drops the label on its next pass."""
         # Only our own file goes: the directory is shared with other writers.
         report = await trio.to_thread.run_sync(host.discard, NFD_OWNER)
         if report.removed:

@@ -24,6 +24,10 @@ an error update that carries the last good state, which stays in force.
 net for filesystems without inotify (NFS, some FUSE), an exhausted
 ``max_user_watches``, or a watch that failed to install.  If inotify cannot
 be opened at all, the source logs it and relies on the resync alone.
+
+Every input is re-read on every change, not just the one that changed:
+the three files are small, compiling them takes milliseconds, and a full
+re-read cannot miss a change that happened while the last read ran.
 """
 
 from __future__ import annotations
@@ -67,6 +71,11 @@ def watch_plan(path: str | os.PathLike[str]) -> dict[str, set[str]]:
     name) and followed; the final target's directory is recorded with the
     file's name.  A component that does not exist yet is recorded in its
     parent, so its creation is noticed.
+
+    For a ConfigMap mount of ``/etc/mokka/config.yaml`` the plan is
+    ``/etc/mokka: {config.yaml, ..data, ..2026_…}`` and
+    ``/etc/mokka/..2026_…: {config.yaml}``.  Plain directories higher up
+    are not watched: one of them being swapped is left to the resync.
     """
     plan: dict[str, set[str]] = {}
     _walk(os.path.abspath(os.fspath(path)), plan, 0)
@@ -74,7 +83,12 @@ def watch_plan(path: str | os.PathLike[str]) -> dict[str, set[str]]:
 
 
 def _walk(path: str, plan: dict[str, set[str]], hops: int) -> str | None:
-    """Resolve ``path`` like ``realpath``, recording watches; ``None`` if it does not resolve."""
+    """Resolve ``path`` like ``realpath``, recording watches; ``None`` if it does not resolve.
+
+    ``current`` never contains a symlink (each one is resolved as it is
+    met), so ``..`` can be taken lexically.  A relative link target is
+    joined to the directory holding the link, as the kernel does.
+    """
     if hops > MAX_SYMLINK_HOPS:
         return None
     parts = [p for p in path.split("/") if p not in ("", ".")]
@@ -87,6 +101,7 @@ def _walk(path: str, plan: dict[str, set[str]], hops: int) -> str | None:
         try:
             st = os.lstat(candidate)
         except OSError:
+            # missing (or unreadable): watch for it to appear, plan no further
             plan.setdefault(current, set()).add(name)
             return None
         if stat.S_ISLNK(st.st_mode):
@@ -117,10 +132,12 @@ class FileSourceStatistics:
     events: int
     #: directories currently watched
     watched: tuple[str, ...]
+    #: False when inotify could not be opened: the resync is all there is
     inotify: bool
 
 
 async def _to_thread(fn: Callable[[], Any]) -> Any:
+    """The default ``offload``: the blocking re-read runs in a trio worker thread."""
     return await trio.to_thread.run_sync(fn)
 
 
@@ -130,8 +147,11 @@ class FileSource:
 
     #: built-in profile name or a profile file path
     profile: str | Path
+    #: this node's name: seeds identities and picks the topology clique
     node_name: str
+    #: ComputeDomain document; ``None``: not configured (a missing file is fine)
     topology: Path | None = None
+    #: ``mokka ctl``'s file; ``None``: not configured (a missing file is fine)
     overrides: Path | None = None
     feature_gates: Mapping[str, bool] = attrs.field(factory=dict)
     #: seconds between full re-reads regardless of events; 0 disables
@@ -139,7 +159,8 @@ class FileSource:
     #: seconds of quiet that end a burst of events; 0.1 s coalesces an editor's
     #: or the kubelet's several steps while staying far below human notice
     debounce: float = 0.1
-    #: a burst never delays a reload by more than this many seconds
+    #: a burst never delays a reload by more than this many seconds: a writer
+    #: that rewrites a file in a loop cannot postpone the reload forever
     max_delay: float = 2.0
     #: opens the inotify descriptor (tests substitute one that fails)
     open_inotify: Callable[[], Inotify] = Inotify.open
@@ -148,14 +169,18 @@ class FileSource:
     offload: Callable[[Callable[[], Any]], Awaitable[Any]] = _to_thread
 
     _inotify: Inotify | None = attrs.field(default=None, init=False)
+    # watch descriptor -> (directory, the names in it that matter)
     _watches: dict[int, tuple[str, frozenset[str]]] = attrs.field(factory=dict, init=False)
     _generation: int = attrs.field(default=0, init=False)
     _last_state: State | None = attrs.field(default=None, init=False)
+    # problems of the last read, ``None`` when it compiled: the same broken
+    # input re-read by a resync is not published (or logged) again
     _last_problems: tuple[str, ...] | None = attrs.field(default=None, init=False)
     _reloads: int = attrs.field(default=0, init=False)
     _events: int = attrs.field(default=0, init=False)
 
     def statistics(self) -> FileSourceStatistics:
+        """A frozen snapshot of the counters and the watched directories."""
         return FileSourceStatistics(
             generation=self._generation, reloads=self._reloads, events=self._events,
             watched=tuple(sorted(d for d, _ in self._watches.values())),
@@ -174,6 +199,14 @@ class FileSource:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """Publish into ``out`` until cancelled; ``started()`` once the first read is published.
+
+        Started means "the daemon has something to act on": a state, or an
+        error update saying why there is none.  inotify is opened before
+        the first read, whose re-plan installs the watches before reading, so
+        an edit made during start-up triggers another read instead of
+        being missed.
+        """
         try:
             self._inotify = self.open_inotify()
         except OSError as exc:
@@ -193,7 +226,13 @@ class FileSource:
     # ---- waiting -------------------------------------------------------
 
     async def _wait_for_change(self) -> bool:
-        """After a debounced burst of relevant events (False), or a due resync (True)."""
+        """After a debounced burst of relevant events (False), or a due resync (True).
+
+        The resync timer runs from the end of the last read.  After the
+        first relevant event, each further one restarts the ``debounce``
+        quiet period, all of it bounded by ``max_delay``.  A resync that
+        falls due during a burst ends the wait as a resync.
+        """
         interval = self.resync_interval if self.resync_interval > 0 else math.inf
         with trio.move_on_after(interval) as timer:
             await self._next_relevant()
@@ -206,16 +245,20 @@ class FileSource:
         return timer.cancelled_caught
 
     async def _next_relevant(self) -> None:
+        """Until a read of the descriptor holds at least one relevant event."""
         if self._inotify is None:
             await trio.sleep_forever()
         assert self._inotify is not None
         while True:
             events = await self._inotify.read_events()
             self._events += len(events)
+            # A list, not a generator: ``_relevant`` forgets dropped watches as
+            # a side effect, so every event must be seen, not just up to the first hit.
             if any([self._relevant(ev) for ev in events]):
                 return
 
     def _relevant(self, ev: Event) -> bool:
+        """Whether ``ev`` can mean new input: a watched name, or the watch set itself changing."""
         if ev.mask & IN_Q_OVERFLOW:
             return True  # events were lost: assume anything changed
         entry = self._watches.get(ev.wd)
@@ -226,6 +269,7 @@ class FileSource:
             del self._watches[ev.wd]
             return True
         if not ev.name:
+            # an event on the directory itself: only its going away matters
             return bool(ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF))
         return ev.name in entry[1]
 
@@ -234,6 +278,13 @@ class FileSource:
     async def _reload(
         self, out: trio_util.AsyncValue[SourceUpdate | None], *, resync: bool = False
     ) -> None:
+        """Re-read everything and publish what the daemon needs to hear.
+
+        A new content hash is a new generation.  An error is published once
+        per distinct set of problems, carrying the last good state.  An
+        unchanged state is republished only after a recovery (to clear the
+        error) or on a resync; otherwise nothing is published at all.
+        """
         self._reloads += 1
         result = await self.offload(self._read)
         now = trio.current_time()
@@ -261,7 +312,13 @@ class FileSource:
         out.value = SourceUpdate(state=result, error=None, at=now)
 
     def _read(self) -> State | SpecError:
-        """Blocking: re-plan the watches, then read and compile every input."""
+        """Blocking: re-plan the watches, then read and compile every input.
+
+        Runs while ``run`` awaits it, never beside ``_relevant``, so the
+        watch table needs no lock.  Errors are returned as values for
+        ``_reload`` to publish; an ``OSError`` a loader did not turn into a
+        ``SpecError`` becomes one naming the file.
+        """
         self._rewatch()
         try:
             profile, topology, overrides = load_inputs(self.profile, self.topology, self.overrides)
@@ -276,7 +333,14 @@ class FileSource:
             return SpecError(f"{exc.filename or 'input'}: cannot read: {exc.strerror or exc}")
 
     def _rewatch(self) -> None:
-        """Watch exactly the directories the inputs resolve through now."""
+        """Watch exactly the directories the inputs resolve through now.
+
+        New watches are added before old ones are removed: a directory still
+        wanted gets its same descriptor back, so it is never unwatched in
+        between.  Two paths to one inode (a bind mount) share a descriptor,
+        and their names are merged.  A watch that fails is logged and left
+        to the resync.
+        """
         if self._inotify is None:
             return
         plan: dict[str, set[str]] = {}

@@ -9,6 +9,10 @@ Directories, not files, are watched: a ConfigMap update (the kubelet swaps
 the ``..data`` symlink) and an editor's save (write a temp file, rename it
 over the old one) both replace the file's inode, and a watch on the old
 inode would never fire again.
+
+ctypes rather than a third-party binding: the file source needs three
+system calls and one fixed-layout record, and ``wait_readable`` already
+makes the descriptor trio-native.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import struct
 import attrs
 import trio
 
+# Event bits from <sys/inotify.h>.
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
 IN_CLOSE_WRITE = 0x00000008
@@ -34,29 +39,47 @@ IN_MOVE_SELF = 0x00000800
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000
 IN_ONLYDIR = 0x01000000
+# inotify_init1 flags: O_NONBLOCK and O_CLOEXEC, the asm-generic values that
+# x86_64 and arm64 share (a few other architectures differ).
 IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
 
 #: What a directory watch asks for: any way a name in it can get new content.
+#: ``IN_CLOSE_WRITE`` rather than ``IN_MODIFY``: an in-place save fires
+#: MODIFY per ``write()``, and reading then would catch half a file.  CREATE,
+#: DELETE and the MOVEs cover renames and symlink swaps (the kubelet's
+#: ``..data``); ATTRIB a chmod; the SELF bits the watched directory itself
+#: going away; ``IN_ONLYDIR`` makes a watch on a non-directory fail at once.
 DIR_MASK = (
     IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ATTRIB
     | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
 )
 
+#: ``struct inotify_event`` without its name: ``int wd; uint32 mask, cookie,
+#: len``, native byte order (16 bytes); ``len`` bytes of name follow.
 _HEADER = struct.Struct("iIII")
+#: One read's buffer.  The kernel hands out whole events only (and fails with
+#: EINVAL if the next one does not fit); one event is at most 16 + 256 bytes,
+#: so 64 KiB drains hundreds of events per wakeup.
 _READ_SIZE = 64 * 1024
 
 
 @attrs.frozen
 class Event:
+    """One inotify event, as the kernel reported it."""
+
+    #: the watch descriptor ``add_watch`` returned for the directory
     wd: int
+    #: ``IN_*`` bits
     mask: int
+    #: pairs an ``IN_MOVED_FROM`` with its ``IN_MOVED_TO`` (0 otherwise)
     cookie: int
     #: the name inside the watched directory; empty for events on the directory itself
     name: str
 
 
 def _libc() -> ctypes.CDLL:
+    """libc with the inotify prototypes declared; ``use_errno`` so failures can say why."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.inotify_init1.argtypes = [ctypes.c_int]
     libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
@@ -73,12 +96,19 @@ def parse_events(data: bytes) -> list[Event]:
         offset += _HEADER.size
         raw = data[offset : offset + length]
         offset += length
+        # ``len`` counts NUL padding up to an alignment boundary; fsdecode maps
+        # bytes that are not UTF-8 to surrogates, so any name round-trips
         events.append(Event(wd, mask, cookie, os.fsdecode(raw.rstrip(b"\0"))))
     return events
 
 
 class Inotify:
-    """One inotify descriptor; ``close()`` it (or use ``with``) when done."""
+    """One inotify descriptor; ``close()`` it (or use ``with``) when done.
+
+    ``add_watch`` and ``rm_watch`` are plain system calls and may run in a
+    worker thread (the file source re-plans its watches there) while a trio
+    task waits in ``read_events``.
+    """
 
     def __init__(self, fd: int, libc: ctypes.CDLL) -> None:
         self._fd = fd
@@ -95,7 +125,13 @@ class Inotify:
         return cls(fd, libc)
 
     def add_watch(self, directory: str, mask: int = DIR_MASK) -> int:
-        """Watch a directory; returns the watch descriptor (the same one for the same inode)."""
+        """Watch a directory; returns the watch descriptor (the same one for the same inode).
+
+        Watching an inode again replaces its mask rather than adding to it;
+        the file source always passes the same mask, so that is harmless.
+        Raises ``OSError`` (ENOENT, ENOTDIR, ENOSPC when ``max_user_watches``
+        is exhausted).
+        """
         wd = self._libc.inotify_add_watch(self._fd, os.fsencode(directory), mask)
         if wd < 0:
             code = ctypes.get_errno()
@@ -103,6 +139,7 @@ class Inotify:
         return wd
 
     def rm_watch(self, wd: int) -> None:
+        """Stop watching ``wd``; the kernel then queues an ``IN_IGNORED`` for it."""
         # EINVAL: the kernel already dropped it (directory deleted); nothing to do
         self._libc.inotify_rm_watch(self._fd, wd)
 
@@ -113,6 +150,7 @@ class Inotify:
             try:
                 data = os.read(self._fd, _READ_SIZE)
             except BlockingIOError:
+                # a wakeup with nothing to read (spurious, or already drained)
                 continue
             except OSError as exc:
                 if exc.errno == errno.EINTR:
@@ -121,6 +159,12 @@ class Inotify:
             return parse_events(data)
 
     def close(self) -> None:
+        """Close the descriptor; idempotent.
+
+        ``notify_closing`` first: a task waiting in ``read_events`` gets
+        ``ClosedResourceError`` instead of waiting on a number the next
+        ``open()`` may reuse.
+        """
         if self._fd >= 0:
             trio.lowlevel.notify_closing(self._fd)
             os.close(self._fd)
