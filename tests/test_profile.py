@@ -205,6 +205,12 @@ RULES = [
      "index and pci.bus_id"),
     ("devices[3].pci.bus_id", "0000:1A:00",
      "h100.yaml: devices[3].pci.bus_id: '0000:1A:00' is not a PCI address DDDD:BB:DD.F"),
+    ("devices[3].pci.bus_id", "0000:1A:20.0",
+     "h100.yaml: devices[3].pci.bus_id: '0000:1A:20.0': PCI device number above 1f, "
+     "expected a PCI address DDDD:BB:DD.F"),
+    ("devices[3].pci.bus_id", "00010000:1A:00.0",
+     "h100.yaml: devices[3].pci.bus_id: '00010000:1A:00.0': PCI domain above ffff, "
+     "expected a PCI address DDDD:BB:DD.F"),
     ("devices[1].index", 0,
      "h100.yaml: devices[1].index: 0 repeats devices[0], expected a unique value per device"),
     ("devices[2].index", -1, "h100.yaml: devices[2].index: -1 is out of range, expected >= 0"),

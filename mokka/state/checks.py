@@ -36,7 +36,8 @@ from mokka.errors import SpecError
 #: 8-digit domain (``00000000:53:00.0``, what ``nvidia-smi`` prints) is
 #: accepted too, so a user can paste a bus id from a real node.  Groups:
 #: domain, bus, device, function; the function is one digit 0..7 (three bits
-#: of the address).  The device number is not range-checked here.
+#: of the address).  The device number's range (00..1f, five bits) is
+#: checked by ``canonical_bdf``.
 BDF_RE = re.compile(r"^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 #: An 8-4-4-4-12 hex UUID in either case (fabric cluster UUIDs, ComputeDomain
 #: ``uuid``); callers lower-case what they keep, so two spellings of one UUID
@@ -228,7 +229,13 @@ def as_match(p: Problems, path: str, value: Any, regex: re.Pattern[str], what: s
 def as_bdf(p: Problems, path: str, value: Any) -> str | None:
     """A PCI address, returned canonical: 4-digit domain, lower case (sysfs spelling)."""
     text = as_match(p, path, value, BDF_RE, "a PCI address DDDD:BB:DD.F")
-    return None if text is None else canonical_bdf(text)
+    if text is None:
+        return None
+    try:
+        return canonical_bdf(text)
+    except ValueError as exc:
+        p.add(path, f"{exc}, expected a PCI address DDDD:BB:DD.F")
+        return None
 
 
 def canonical_bdf(text: str) -> str:
@@ -242,6 +249,9 @@ def canonical_bdf(text: str) -> str:
     # write an address nothing downstream expects.
     if int(domain, 16) > 0xFFFF:
         raise ValueError(f"{text!r}: PCI domain above ffff")
+    # Five bits of device number: lspci and the kernel never show more.
+    if int(dev, 16) > 0x1F:
+        raise ValueError(f"{text!r}: PCI device number above 1f")
     return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
 
 

@@ -109,9 +109,8 @@ class PcibusSimulator:
         report = await trio.to_thread.run_sync(host.converge, NFD_OWNER, artifacts)
         if report.changed:
             logger.info(
-                "pcibus published the NFD feature file in %s (%d line(s))",
+                "pcibus published the NFD feature file in %s",
                 self.settings.nfd_features_dir,
-                len(artifacts),
             )
 
     async def revoke(self, host: Host) -> None:
