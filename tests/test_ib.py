@@ -1,8 +1,9 @@
 """The ib simulator: the mock InfiniBand tree as the real ``ibstat``, ``ibstatus``
 and ``ibv_devinfo`` read it, its exact contents and device numbers,
-convergence, the tool wrappers, the verbs shim (whose ABI declarations are
-checked against rdma-core's own header), and teardown back to the exact
-starting tree."""
+convergence, the tool wrappers (running the machine's tools; the image's
+bundle staged into the driver tree is ``test_ib_tools.py``), the verbs shim
+(whose ABI declarations are checked against rdma-core's own header), and
+teardown back to the exact starting tree."""
 
 from __future__ import annotations
 
@@ -21,17 +22,21 @@ from mokka.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Simulator
 from mokka.simulators.ib import PLUGIN, IbSettings, IbSimulator
+from mokka.simulators.ib.bundle import STAGED_DIR
 from mokka.simulators.ib.hca import lid_base, plan_hcas
+from mokka.simulators.ib.settings import DEFAULT_TOOLS_DIR
 from mokka.simulators.ib.tools import IBSTAT, Tool, wrapper_script
 from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from mokka.state.profile import read_profile_text
-from tests.nvml_support import compiler, load_target
+from tests.ib_support import NO_TOOLS, build_ib_shims, stage, state_of
+from tests.nvml_support import compiler
 from tests.support import ROOT, require_tool, snapshot
 
 IB = layout.IB_ROOT.lstrip("/")
 BIN = layout.DRIVER_BIN.lstrip("/")
+STAGED = STAGED_DIR
 PREFIXES = "/sys/class/infiniband:/sys/class/infiniband_mad:/sys/class/infiniband_verbs:" \
     "/dev/infiniband"
 def words(text: str) -> list[str]:
@@ -51,28 +56,13 @@ COUNTERS = words(
 @pytest.fixture(scope="module")
 def ib_native(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """libmockfs.so and libibshim.so built from the current sources."""
-    out = tmp_path_factory.mktemp("ib-native")
-    load_target("mockfs").build(out, compiler())
-    load_target("ibshim").build(out, compiler())
-    return out
+    return build_ib_shims(tmp_path_factory.mktemp("ib-native"))
 
 
 @pytest.fixture
 def native_env(ib_native: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MOKKA_NATIVE_DIR", str(ib_native))
     return ib_native
-
-
-def state_of(profile: str | Path, gpus: int | None = None, tmp: Path | None = None) -> State:
-    """A built-in profile compiled for ``node-a``, optionally cut to ``gpus`` GPUs."""
-    if gpus is None:
-        return compile_profile(profile, node_name="node-a")
-    assert tmp is not None
-    doc = yaml.safe_load(read_profile_text(str(profile))[1])
-    doc["system"]["num_devices"] = gpus
-    path = tmp / f"{profile}-{gpus}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return compile_profile(path, node_name="node-a")
 
 
 def groups(value: int, width: int) -> str:
@@ -134,12 +124,6 @@ def ib_files(root: Path) -> dict[str, tuple]:
     return {k: v for k, v in snapshot(root / IB).items() if v[0] != "dir"}
 
 
-async def stage(root: Path, state: State, mode: str = "auto") -> IbSimulator:
-    sim = IbSimulator(IbSettings(mode=mode))
-    await sim.stage(Host(root), state)
-    return sim
-
-
 # --------------------------------------------------------------------------
 # The tree
 # --------------------------------------------------------------------------
@@ -180,7 +164,7 @@ async def test_second_stage_rewrites_nothing(node_root: Path) -> None:
     staged = node_root / layout.STATE_ROOT.lstrip("/")  # not the manifests' directory
     mtimes = {p: p.lstat().st_mtime_ns for p in staged.rglob("*")}
     assert len(mtimes) > 500
-    report = Host(node_root).converge("ib", sim.plan(state)[1])
+    report = Host(node_root).converge("ib", sim.plan(state).artifacts)
     assert not report.changed
     await sim.stage(Host(node_root), state)
     assert {p: p.lstat().st_mtime_ns for p in staged.rglob("*")} == mtimes
@@ -235,7 +219,7 @@ async def test_mode_off_and_profiles_without_ib(node_root: Path) -> None:
     await sim.discard(Host(node_root))
     # off on h100 removes a staged tree (switching off at run time).
     sim = await stage(node_root, state_of("h100"))
-    off = IbSimulator(IbSettings(mode="off"))
+    off = IbSimulator(IbSettings(mode="off", tools_dir=NO_TOOLS))
     await off.stage(Host(node_root), state_of("h100"))
     assert off.readiness.ready
     assert "--ib-mode off" in off.readiness.reason
@@ -253,7 +237,7 @@ async def test_bad_profile_values_fail_before_anything_is_written(
     path = tmp_path / "bad-ib.yaml"
     path.write_text(yaml.safe_dump(doc))
     state = compile_profile(path, node_name="node-a")
-    sim = IbSimulator()
+    sim = IbSimulator(IbSettings(tools_dir=NO_TOOLS))
     with pytest.raises(SpecError) as info:
         await sim.stage(Host(node_root), state)
     text = str(info.value)
@@ -288,7 +272,11 @@ def test_plugin_registration_and_flag() -> None:
     sim = PLUGIN.build(args)
     assert isinstance(sim, Simulator)
     assert sim.settings.mode == "full"
-    assert PLUGIN.build(build_parser().parse_args(["daemon"])).settings.mode == "auto"
+    default = PLUGIN.build(build_parser().parse_args(["daemon"])).settings
+    assert default.mode == "auto"
+    assert default.tools_dir == DEFAULT_TOOLS_DIR == Path("/usr/local/lib/mokka/ib")
+    other = PLUGIN.build(build_parser().parse_args(["daemon", "--ib-tools-dir", "/opt/ib"]))
+    assert other.settings.tools_dir == Path("/opt/ib")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["daemon", "--ib-mode", "on"])
     with pytest.raises(SpecError, match=r"--ib-mode: 'on', expected one of auto, off"):
@@ -381,6 +369,11 @@ async def test_staged_wrappers_run_the_real_tools(node_root: Path, native_env: P
     assert "Infiniband device 'mlx5_0' port 1 status:" in status.stdout
     # The wrapper keeps the machine's PCI view: only the IB prefixes are redirected.
     assert f"MOKKA_MOCKFS_PREFIXES={PREFIXES}\n" in (bin_dir / "ibstat").read_text()
+    # Without the image's tools the wrappers run the machine's, and say so.
+    assert "\nreal=/usr/sbin/ibstat\n" in (bin_dir / "ibstat").read_text()
+    assert sim.readiness.reason.endswith(
+        f"wrappers run the machine's own /usr/sbin/ibstat, /usr/sbin/ibstatus (no {NO_TOOLS})")
+    assert not (node_root / STAGED.lstrip("/")).exists()
     await pcibus.discard(host)
     missing = run([str(bin_dir / "ibstat")])
     assert missing.returncode == 1
@@ -406,6 +399,19 @@ def test_wrapper_failures_are_clear_and_the_script_is_clean(tmp_path: Path) -> N
     assert "no mock InfiniBand tree at" in no_tree.stderr
     lint = run([shellcheck, "-s", "sh", str(real)])
     assert lint.returncode == 0, lint.stdout
+    staged = tmp_path / "staged.sh"
+    staged.write_text(wrapper_script(IBSTAT, staged=True))
+    lint = run([shellcheck, "-s", "sh", str(staged)])
+    assert lint.returncode == 0, lint.stdout
+    # A staged copy that went missing is named, with a shell's "not found" code.
+    gone = tmp_path / "driver/usr/bin/ibstat"
+    gone.parent.mkdir(parents=True)
+    gone.write_text(wrapper_script(IBSTAT, staged=True))
+    gone.chmod(0o755)
+    missing = run([str(gone)])
+    assert missing.returncode == 127
+    assert "/local/lib/mokka-ib/bin/ibstat is missing (the mokka daemon stages it" in (
+        missing.stderr)
 
 
 # --------------------------------------------------------------------------
@@ -470,6 +476,10 @@ async def test_full_mode_ibv_devinfo(node_root: Path, native_env: Path) -> None:
     assert re.findall(r"(mlx5_\d)\s+([0-9a-f]{16})", guids.stdout) == [
         (f"mlx5_{i}", g[2:]) for i, g in enumerate(ib.node_guids)
     ]
+    # The ibv_devices wrapper gives the same list.
+    wrapped = run([str(node_root / BIN / "ibv_devices")])
+    assert wrapped.returncode == 0, wrapped.stderr
+    assert wrapped.stdout == guids.stdout
     # Inert without a root: exactly the machine's own answer.
     inert = run([devinfo], {"LD_PRELOAD": str(native_env / "libibshim.so")})
     assert (inert.returncode, inert.stdout, inert.stderr) == (
@@ -485,7 +495,7 @@ async def test_full_mode_without_the_shim_fails_before_writing(
     empty = tmp_path / "no-native"
     empty.mkdir()
     monkeypatch.setenv("MOKKA_NATIVE_DIR", str(empty))
-    sim = IbSimulator(IbSettings(mode="full"))
+    sim = IbSimulator(IbSettings(mode="full", tools_dir=NO_TOOLS))
     with pytest.raises(NativeArtifactMissing, match=r"libibshim\.so"):
         await sim.stage(Host(node_root), state_of("h100"))
     assert not sim.readiness.ready

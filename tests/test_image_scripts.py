@@ -2,7 +2,9 @@
 
 The Containerfile only calls these scripts, so running them here tests the
 image's payload layout without a container engine: the real Debian
-nvidia-smi .deb goes through install-nvidia-smi.sh, fake toolkit packages
+nvidia-smi .deb goes through install-nvidia-smi.sh (install-ib-tools.sh has
+its own module, test_image_ib_tools.py, and its bundle is part of the
+payload verify-layout.sh checks here), fake toolkit packages
 built with ``dpkg-deb --build`` go through install-toolkit.sh, and
 fetch-toolkit.sh downloads from a local apt repository signed with a key
 made for the test (apt itself checks the signature and the pinned version).
@@ -24,6 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.ib_support import TOOLS_TARGET, install_ib_tools
+from tests.image_support import build_deb, debian_arch
 from tests.support import ROOT, require_tool, snapshot
 
 SCRIPTS = ROOT / "deploy" / "image"
@@ -46,40 +50,6 @@ def run_script(
         env={**clean, **(env or {})},
         timeout=300,
     )
-
-
-def debian_arch() -> str:
-    return subprocess.run(
-        ["dpkg", "--print-architecture"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def build_deb(
-    out_dir: Path, package: str, version: str, files: dict[str, str], arch: str | None = None
-) -> Path:
-    """A real .deb (``dpkg-deb --build``) holding ``files`` (path → script body, mode 0755)."""
-    require_tool("dpkg-deb")
-    arch = arch or debian_arch()
-    tree = out_dir / f"tree-{package}-{version}-{arch}"
-    (tree / "DEBIAN").mkdir(parents=True)
-    (tree / "DEBIAN" / "control").write_text(
-        f"Package: {package}\nVersion: {version}\nArchitecture: {arch}\n"
-        "Maintainer: Mokka tests <tests@invalid>\nDescription: test package\n"
-    )
-    for rel, body in files.items():
-        path = tree / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-        path.chmod(0o755)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    deb = out_dir / f"{package}_{version}_{arch}.deb"
-    subprocess.run(
-        ["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb)],
-        check=True,
-        capture_output=True,
-    )
-    shutil.rmtree(tree)
-    return deb
 
 
 def toolkit_debs(
@@ -479,6 +449,7 @@ def test_verify_layout_accepts_the_scripts_payload(tmp_path: Path) -> None:
     toolkit_debs(tmp_path / "debs", "1.18.0-1")
     assert run_script("install-nvidia-smi.sh", dest, real_smi_deb()).returncode == 0
     assert run_script("install-toolkit.sh", dest, tmp_path / "debs").returncode == 0
+    install_ib_tools(dest)
     done = run_script("verify-layout.sh", dest)
     assert done.returncode == 0, done.stderr
     assert "as the simulators expect" in done.stdout
@@ -491,11 +462,22 @@ def test_verify_layout_names_every_drift(tmp_path: Path) -> None:
     toolkit_debs(tmp_path / "debs", "1.18.0-1")
     assert run_script("install-nvidia-smi.sh", dest, real_smi_deb()).returncode == 0
     assert run_script("install-toolkit.sh", dest, tmp_path / "debs").returncode == 0
+    ib = install_ib_tools(dest)
     subprocess.run(["patchelf", "--remove-rpath", str(dest / SMI_TARGET)], check=True)
     (dest / TOOLKIT_TARGET / "VERSION").write_text("1.18.0-1\n")
     (dest / TOOLKIT_TARGET / "nvidia-ctk").chmod(0o644)
+    subprocess.run(["patchelf", "--remove-rpath", str(ib / "bin" / "ibstat")], check=True)
+    (ib / "lib" / "libnl-3.so.200").unlink()
+    shutil.copy2("/lib/x86_64-linux-gnu/libc.so.6" if Path("/lib/x86_64-linux-gnu/libc.so.6")
+                 .exists() else ib / "lib" / "libibumad.so.3", ib / "lib" / "libc.so.6")
+    (ib / "bin" / "ibping").write_text("#!/bin/sh\n")
     done = run_script("verify-layout.sh", dest)
     assert done.returncode == 1
+    assert f"{TOOLS_TARGET}/bin/ibstat: RUNPATH '', expected '$ORIGIN/../lib'" in done.stderr
+    assert f"{TOOLS_TARGET}/lib/libnl-route-3.so.200: needs libnl-3.so.200, which is not in" in (
+        done.stderr)
+    assert f"{TOOLS_TARGET}/lib/libc.so.6: a glibc library" in done.stderr
+    assert "holds 'ibping ibstat ibstatus ibv_devices ibv_devinfo'" in done.stderr
     assert f"{SMI_TARGET}: RUNPATH '', expected '$ORIGIN/../lib64'" in done.stderr
     assert "holds 'VERSION nvidia-cdi-hook nvidia-container-runtime nvidia-ctk'" in done.stderr
     assert f"{TOOLKIT_TARGET}/nvidia-ctk: missing or not executable" in done.stderr
@@ -510,7 +492,7 @@ def test_verify_layout_names_every_drift(tmp_path: Path) -> None:
 def test_scripts_pass_shellcheck() -> None:
     shellcheck = require_tool("shellcheck")
     scripts = sorted(SCRIPTS.glob("*.sh"))
-    assert len(scripts) >= 4
+    assert len(scripts) >= 5
     done = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
     for script in scripts:
@@ -556,6 +538,7 @@ def test_containerfile_stages_and_payload() -> None:
     called = set(re.findall(r"/build/([\w-]+\.sh)", "\n".join(payload)))
     assert called == {
         "install-nvidia-smi.sh",
+        "install-ib-tools.sh",
         "fetch-toolkit.sh",
         "install-toolkit.sh",
         "verify-layout.sh",
@@ -597,6 +580,7 @@ def test_image_paths_are_the_simulators_defaults() -> None:
     namespace = build_parser().parse_args(["daemon"])
     assert str(namespace.nvidia_smi_binary) == "/" + SMI_TARGET
     assert str(namespace.toolkit_dir) == "/" + TOOLKIT_TARGET
+    assert str(namespace.ib_tools_dir) == "/" + TOOLS_TARGET
 
 
 def test_containerignore_keeps_the_build_inputs() -> None:
