@@ -18,6 +18,11 @@ import sys
 from pathlib import Path
 
 NATIVE = Path(__file__).resolve().parent
+# Targets import ``native.toolchain``: make the repository root importable
+# however this driver was started (``python native/build.py`` puts only
+# ``native/`` itself on the path).
+if str(NATIVE.parent) not in sys.path:
+    sys.path.insert(0, str(NATIVE.parent))
 
 
 def find_compiler() -> str:

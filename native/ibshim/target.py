@@ -11,8 +11,9 @@ helper out of the dynamic symbol table, so only the interposed entry points
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from native.toolchain import compile_into
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,16 +43,6 @@ def build(out_dir: Path, cc: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / LIBRARY
-    # Build beside the target and rename, so a concurrent reader never maps
-    # a half-written library.
-    partial = out_dir / f".{LIBRARY}.partial"
-    argv = [cc, *CFLAGS, "-o", str(partial), *(str(HERE / s) for s in SOURCES), "-ldl", "-pthread"]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(
-            f"native build: ibshim: {' '.join(argv)} failed with exit code "
-            f"{result.returncode}:\n{result.stderr}"
-        )
-    partial.replace(output)
+    sources = [str(HERE / s) for s in SOURCES]
+    compile_into(output, cc, [*CFLAGS, *sources, "-ldl", "-pthread"], label="native/ibshim")
     return [output]

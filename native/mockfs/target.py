@@ -10,8 +10,9 @@ dynamic symbol table so only the hooks interpose.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from native.toolchain import compile_into
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,16 +51,6 @@ def build(out_dir: Path, cc: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / LIBRARY
-    # Build beside the target and rename, so a concurrent reader never maps
-    # a half-written library.
-    partial = out_dir / f".{LIBRARY}.partial"
-    argv = [cc, *CFLAGS, "-o", str(partial), *(str(HERE / s) for s in SOURCES), "-ldl", "-pthread"]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(
-            f"native build: mockfs: {' '.join(argv)} failed with exit code "
-            f"{result.returncode}:\n{result.stderr}"
-        )
-    partial.replace(output)
+    sources = [str(HERE / s) for s in SOURCES]
+    compile_into(output, cc, [*CFLAGS, *sources, "-ldl", "-pthread"], label="native/mockfs")
     return [output]

@@ -15,10 +15,10 @@ which is cheap and keeps each target self-contained when run alone).
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from native.toolchain import compile_into
 
 HERE = Path(__file__).resolve().parent
 BINARY = "nvidia-smi"
@@ -44,24 +44,15 @@ def build(out_dir: Path, cc: str) -> list[Path]:
     if not (out_dir / NVML_LIBRARY).is_file():
         nvml.build(out_dir, cc)
     header = nvml._exports().find_header()
-    partial = out_dir / f".{BINARY}.tmp"
-    command = [
-        cc,
+    args = [
         *CFLAGS,
         f"-I{header.parent}",
         f"-I{HERE}",
-        "-o",
-        str(partial),
         *(str(HERE / s) for s in SOURCES),
         f"-L{out_dir}",
         f"-l:{NVML_LIBRARY}",
         "-Wl,-rpath,$ORIGIN/../lib64",
     ]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(
-            f"native/nvidia-smi: compiling {BINARY} failed:\n{' '.join(command)}\n{result.stderr}"
-        )
-    os.replace(partial, out_dir / BINARY)
+    compile_into(out_dir / BINARY, cc, args, label="native/nvidia-smi")
     print(f"native/nvidia-smi: {BINARY} linked against {NVML_LIBRARY}", file=sys.stderr)
     return [out_dir / BINARY]

@@ -18,12 +18,12 @@ private entry point) is declared by hand.
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from native.toolchain import compile_into
 
 HERE = Path(__file__).resolve().parent
 LIBRARY = "libnvidia-ml.so.1"
@@ -80,9 +80,7 @@ def build(out_dir: Path, cc: str, extra_cflags: Sequence[str] = ()) -> list[Path
     with tempfile.TemporaryDirectory(prefix="mokka-nvml-") as scratch:
         stubs = Path(scratch) / "stubs.c"
         stubs.write_text(exports.render_stubs(surface))
-        partial = out_dir / f".{LIBRARY}.tmp"
-        command = [
-            cc,
+        args = [
             *CFLAGS,
             *extra_cflags,
             f"-I{header.parent}",
@@ -90,18 +88,11 @@ def build(out_dir: Path, cc: str, extra_cflags: Sequence[str] = ()) -> list[Path
             "-shared",
             f"-Wl,-soname,{LIBRARY}",
             "-Wl,--no-undefined",
-            "-o",
-            str(partial),
             *(str(s) for s in sources),
             str(stubs),
             "-ldl",
         ]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"native/nvml: compiling {LIBRARY} failed:\n{' '.join(command)}\n{result.stderr}"
-            )
-        os.replace(partial, out_dir / LIBRARY)
+        compile_into(out_dir / LIBRARY, cc, args, label="native/nvml")
     coverage_path = out_dir / COVERAGE
     exports.write_coverage(surface, coverage_path)
     print(

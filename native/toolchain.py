@@ -1,0 +1,40 @@
+"""One way to run the C compiler for every native target.
+
+Each target (``native/<name>/target.py``) decides its own flags and sources;
+this module owns what they all need the same: compile into a hidden partial
+file beside the output and rename it over, so a process that maps the
+library (a test, a running nvidia-smi) never sees a half-written file, and
+fail with the whole command line and the compiler's own message.
+
+Targets import it as ``native.toolchain``: the repository root is on
+``sys.path`` in every way they are run (the package build's ``setup.py``,
+``python native/build.py``, the test suite).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def compile_into(output: Path, cc: str, args: Sequence[str], *, label: str) -> Path:
+    """Run ``cc args... -o <partial>`` and rename the partial file to ``output``.
+
+    ``label`` names the target in the error (``native/nvml``).  Raises
+    ``RuntimeError`` with the command and the compiler's stderr on failure,
+    leaving no partial file behind.
+    """
+    output = Path(output)
+    partial = output.with_name(f".{output.name}.partial")
+    command = [cc, *args, "-o", str(partial)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(
+            f"{label}: compiling {output.name} failed (exit code {result.returncode}):\n"
+            f"{' '.join(command)}\n{result.stderr}"
+        )
+    os.replace(partial, output)
+    return output
