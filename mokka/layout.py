@@ -8,6 +8,9 @@ GFD's ``--nvidia-driver-root``, the DRA driver's ``nvidiaDriverRoot``).
 
 from __future__ import annotations
 
+#: Mokka's own bookkeeping (manifests, backups).  Kept apart from the
+#: simulators' state root so that consumers mounting that tree never see it.
+MOKKA_STATE_DIR = "/var/lib/mokka"
 #: Root of everything the simulators stage.
 STATE_ROOT = "/var/lib/nvml-mock"
 #: The driver root consumers are pointed at.

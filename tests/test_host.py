@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import mokka.host
+import mokka.convergence
 from mokka.errors import HostPathError
 from mokka.host import CharDevice, CopyOf, Directory, File, Host, Symlink
 from tests.support import ROOT, snapshot
@@ -236,7 +236,7 @@ def test_placeholder_device_when_mknod_is_not_permitted(
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "mknod", no_mknod)
-    monkeypatch.setattr(mokka.host, "_MKNOD_PROBE", None)
+    monkeypatch.setattr(mokka.convergence, "_MKNOD_PROBE", None)
     report = host.converge("t", [CharDevice("/dev/nvidiactl", 195, 255)])
     placeholder = node_root / "dev/nvidiactl"
     assert placeholder.is_file()

@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "mokka.host": 2,
     "mokka.artifacts": 2,
     "mokka.manifest": 2,
+    "mokka.convergence": 2,
     "mokka.simulators": 3,
     "mokka.daemon": 4,
     "mokka.cli": 5,
