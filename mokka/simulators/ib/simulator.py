@@ -21,6 +21,14 @@ means fewer GPUs remove the surplus HCAs (``hca_count`` follows the GPU
 count); a second stage of the same state rewrites nothing.  Nothing is
 published outside the state root, so there is no Apply; and the tree is
 static, so there is no daemon either.
+
+A departure from the design, which has a ``mock-ib`` daemon answering UMAD
+and verbs shims over a socket: the tools that matter here (``ibstat``,
+``ibstatus``, ``ibv_devinfo``, ``ibv_devices``) read only sysfs and the
+device/port queries, which preload shims answer from the staged tree in the
+calling process.  No socket means no process to supervise, nothing to
+restart, and no protocol to keep in step between C and Python.  What a
+daemon would add (MAD traffic: ``ibping``, ``sminfo``) is not simulated.
 """
 
 from __future__ import annotations
