@@ -578,5 +578,10 @@ def test_toml_writer_round_trips_containerd_shaped_documents() -> None:
     assert '[plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]' in text
     assert "[plugins.empty]" in text
     assert math.isnan(tomllib.loads(tomlwriter.dumps({"x": float("nan")}))["x"])
+    # What tomllib reads from a node's config must be written back readable:
+    # DEL has to be escaped, and characters beyond the BMP must not become
+    # surrogate pairs (which TOML refuses), in values and in keys alike.
+    odd = {"del \x7f": "a\x7fb", "emoji": "😀 🚀", "k😀": {"v": "\U0001f600\x00"}}
+    assert tomllib.loads(tomlwriter.dumps(odd)) == odd
     with pytest.raises(TypeError, match="cannot write NoneType None as TOML"):
         tomlwriter.dumps({"x": None})

@@ -14,10 +14,12 @@ import pytest
 import trio
 
 from mokka import cli, layout
-from mokka.errors import SpecError
+from mokka.daemon.reconciler import Reconciler
+from mokka.daemon.supervisor import Supervisor
+from mokka.errors import SpecError, StageError
 from mokka.host import Host
 from mokka.simulators import registry
-from mokka.simulators.base import Daemon, Simulator
+from mokka.simulators.base import Daemon, Readiness, Simulator
 from mokka.simulators.fabricmanager import (
     PLUGIN,
     FabricManagerSettings,
@@ -242,6 +244,48 @@ async def test_disabled_at_start_signals_started_at_once(
         assert fm.phase.value == "off"
         assert fm.readiness == fm.readiness.ok("fabric manager off (--fabric-manager off)")
         nursery.cancel_scope.cancel()
+    assert snapshot(node_root) == before
+
+
+class _BrokenStage:
+    """A simulator whose stage fails, so a pass stops at the barrier."""
+
+    name = "broken"
+    readiness = Readiness.not_ready("broken")
+
+    async def stage(self, host: Host, state: State) -> None:
+        raise StageError("broken: stage failed on purpose")
+
+    async def discard(self, host: Host) -> None:
+        return None
+
+
+async def test_a_pass_that_fails_at_the_barrier_does_not_bring_the_fabric_up(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """The marker turns every ``auto`` GPU COMPLETED: it may only follow a
+    state that passed the barrier (``reload``), not one a Stage wave saw."""
+    before = snapshot(node_root)
+    fm = FabricManagerSimulator()
+    async with trio.open_nursery() as nursery:
+        supervisor = Supervisor(host)
+        await nursery.start(supervisor.run)
+        good = Reconciler(host, [fm], supervisor=supervisor)
+        assert (await good.reconcile_once(make_state(nvswitch=False))).ok
+        assert fm.phase.value == "off"
+        failing = Reconciler(host, [fm, _BrokenStage()], supervisor=supervisor)
+        assert not (await failing.reconcile_once(make_state(generation=2))).ok
+        await trio.sleep(30)
+        assert fm.phase.value == "off"
+        assert not (node_root / MARKER).exists()
+        assert (await good.reconcile_once(make_state(generation=3))).ok
+        await fm.phase.wait_value("ready")
+        assert (node_root / MARKER).exists()
+        assert fm.readiness.ready
+        supervisor.stop()
+        await supervisor.wait_stopped()
+        nursery.cancel_scope.cancel()
+    await fm.discard(host)
     assert snapshot(node_root) == before
 
 

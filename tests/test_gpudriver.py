@@ -133,6 +133,28 @@ async def test_device_nodes_follow_the_profile_minor_numbers(
     assert snapshot(node_root) == {}
 
 
+async def test_a_gpu_minor_of_a_control_node_fails_before_anything_is_written(
+    host: Host, node_root: Path, native: Path, settings: GpuDriverSettings
+) -> None:
+    """195:254 is ``nvidia-modeset`` and 195:255 ``nvidiactl``: a GPU on either
+    would be the same device as the control node (the driver's GPU minors end
+    at 253), and a container given that GPU would be given that node too."""
+    sim = GpuDriverSimulator(settings=settings)
+    for minor, node in ((254, "nvidia-modeset"), (255, "nvidiactl")):
+        with pytest.raises(SpecError) as info:
+            await sim.stage(host, make_state(2, minors=(0, minor)))
+        text = str(info.value)
+        assert f"devices[index=1].minor_number: {minor} is {node}'s minor" in text, text
+        assert "expected 0..253" in text
+        assert not sim.readiness.ready
+        assert snapshot(node_root) == {}
+    # 253, the last GPU minor, is fine.
+    await sim.stage(host, make_state(2, minors=(0, 253)))
+    assert snapshot(node_root)["var/lib/nvml-mock/driver/dev/nvidia253"] == ("dev", 0o666, 195, 253)
+    await teardown(sim, host)
+    assert snapshot(node_root) == {}
+
+
 async def test_stage_twice_rewrites_nothing(
     host: Host, node_root: Path, native: Path, settings: GpuDriverSettings
 ) -> None:
@@ -342,6 +364,9 @@ def test_invalid_settings_name_the_field_and_what_was_expected() -> None:
         GpuDriverSettings(caps_major=0)
     with pytest.raises(SpecError, match=r"publish: got 'mount', expected one of auto, bind, sym"):
         GpuDriverSettings(publish="mount")
+    # nvidia-uvm-tools (uvm:1) and nvidia-cap1 (caps:1) would be one device.
+    with pytest.raises(SpecError, match=r"uvm_major and caps_major: both 236, expected two dis"):
+        GpuDriverSettings(uvm_major=236)
 
 
 def test_version_banner_names_the_machine_architecture() -> None:

@@ -382,6 +382,37 @@ async def test_staged_wrappers_run_the_real_tools(node_root: Path, native_env: P
     assert snapshot(node_root) == before
 
 
+async def test_wrappers_work_under_a_root_whose_path_has_spaces(
+    tmp_path: Path, native_env: Path
+) -> None:
+    """ld.so splits ``LD_PRELOAD`` at spaces: a shim named by its full path
+    under such a root would not load, and the real tool would read the
+    machine's own (empty) IB classes instead of the mock tree."""
+    require_tool("ibstat")
+    require_tool("ibv_devices")
+    root = tmp_path / "a node root ☃" / "node"
+    root.mkdir(parents=True)
+    before = snapshot(root)
+    host = Host(root)
+    state = state_of("gb200")
+    pcibus = PcibusSimulator()
+    await pcibus.stage(host, state)
+    sim = await stage(root, state, mode="full")
+    bin_dir = root / BIN
+    listed = run([str(bin_dir / "ibstat"), "-l"])
+    assert listed.returncode == 0, listed.stderr
+    assert "cannot be preloaded" not in listed.stderr
+    assert listed.stdout.split() == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    status = run([str(bin_dir / "ibstatus"), "mlx5_2"])
+    assert "Infiniband device 'mlx5_2' port 1 status:" in status.stdout, status.stderr
+    devices = run([str(bin_dir / "ibv_devices")])
+    assert devices.returncode == 0, devices.stderr
+    assert re.findall(r"mlx5_\d", devices.stdout) == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    await sim.discard(host)
+    await pcibus.discard(host)
+    assert snapshot(root) == before
+
+
 def test_wrapper_failures_are_clear_and_the_script_is_clean(tmp_path: Path) -> None:
     shellcheck = require_tool("shellcheck")
     script = tmp_path / "usr/bin/ibtool"

@@ -25,6 +25,7 @@ from mokka.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Simulator
 from mokka.simulators.gpudriver import PLUGIN as GPUDRIVER_PLUGIN
+from mokka.simulators.gpudriver import GpuDriverSettings
 from mokka.simulators.imex import PLUGIN, ImexSettings, ImexSimulator, procdevices
 from mokka.simulators.imex.archive import ArchiveError
 from mokka.simulators.imex.channels import CAPABILITY_FILE, CHANNEL_DIR
@@ -558,6 +559,9 @@ def test_flags_build_the_settings() -> None:
     )
     assert sim.settings.archive_name == "imex.tar.xz"
     assert PLUGIN.build(parse()).settings == ImexSettings()
+    # The UVM major it keeps clear of is the gpudriver's, flag and default.
+    assert PLUGIN.build(parse("--uvm-major", "499")).settings.uvm_major == 499
+    assert ImexSettings().uvm_major == GpuDriverSettings().uvm_major
     assert "mokka.simulators.imex" in registry.PLUGIN_MODULES
 
 
@@ -568,6 +572,12 @@ def test_flags_build_the_settings() -> None:
         (("--imex-channel-major", "4096"),
          "--imex-channel-major: 4096, expected a character major"),
         (("--nvidia-caps-major", "235"), "both 235, expected two distinct majors"),
+        # 195 is the NVIDIA driver's static major: channel<i> would be /dev/nvidia<i>.
+        (("--imex-channel-major", "195"),
+         "--imex-channel-major: 195, expected a major other than 195 (NVIDIA's own"),
+        # nvidia-uvm's major (the gpudriver's flag): channel0/1 would be nvidia-uvm(-tools).
+        (("--imex-channel-major", "510"),
+         "--imex-channel-major and --uvm-major: both 510, expected two distinct majors"),
         (("--imex-archive-sha256", "abc"), "--imex-archive-sha256: 'abc', expected 64 hexadecimal"),
         (("--imex-archive-url", "file:///etc/passwd"), "expected an http:// or https:// URL"),
         (("--imex-archive-url", "https://example.invalid/"), "has no file name in its path"),

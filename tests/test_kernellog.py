@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from mokka import layout
-from mokka.errors import SpecError
+from mokka.errors import SpecError, StageError
 from mokka.host import Host
 from mokka.simulators import kmsg, registry
 from mokka.simulators.base import Daemon, Readiness, Simulator
@@ -282,6 +282,51 @@ async def test_xids_delivered_by_reload_are_announced(
         nursery.cancel_scope.cancel()
     assert lines(kmsg_file)[-1] == (
         "NVRM: Xid (PCI:0000:75:00): 119, pid='<unknown>', name=<unknown>, GSP RPC Timeout.")
+    await sim.discard(host)
+    assert without_kmsg(snapshot(node_root)) == without_kmsg(before)
+
+
+class _BrokenStage:
+    """A simulator whose stage fails, so a pass stops at the barrier."""
+
+    name = "broken"
+    readiness = Readiness.not_ready("broken")
+
+    async def stage(self, host: Host, state: State) -> None:
+        raise StageError("broken: stage failed on purpose")
+
+    async def discard(self, host: Host) -> None:
+        return None
+
+
+async def test_an_xid_of_a_pass_that_fails_at_the_barrier_is_not_announced(
+    host: Host, node_root: Path, kmsg_file: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """The kernel log is what node-problem-detector acts on: an Xid reaches it
+    only with a state that passed the barrier, as NVML's events do."""
+    from mokka.daemon.reconciler import Reconciler
+    from mokka.daemon.supervisor import Supervisor
+
+    before = snapshot(node_root)
+    sim = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
+    async with trio.open_nursery() as nursery:
+        supervisor = Supervisor(host)
+        await nursery.start(supervisor.run)
+        good = Reconciler(host, [sim], supervisor=supervisor)
+        assert (await good.reconcile_once(make_state())).ok  # the announcer runs
+        failing = Reconciler(host, [sim, _BrokenStage()], supervisor=supervisor)
+        result = await failing.reconcile_once(make_state(("x1", 0, 79), generation=2))
+        assert not result.ok
+        await trio.sleep(30)  # whatever the announcer would do, it has done by now
+        assert lines(kmsg_file) == []
+        assert sim.written.value == 0
+        # The same Xid in a pass that succeeds is announced.
+        assert (await good.reconcile_once(make_state(("x1", 0, 79), generation=3))).ok
+        await sim.written.wait_value(1)
+        supervisor.stop()
+        await supervisor.wait_stopped()
+        nursery.cancel_scope.cancel()
+    assert lines(kmsg_file)[-1].startswith("NVRM: Xid (PCI:0000:53:00): 79, ")
     await sim.discard(host)
     assert without_kmsg(snapshot(node_root)) == without_kmsg(before)
 

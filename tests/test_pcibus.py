@@ -346,6 +346,63 @@ def test_bridge_addresses_never_collide_with_endpoints() -> None:
     assert paths["0000:1a:00.1"] == "devices/pci0000:00/0000:00:02.0/0000:1a:00.1"
 
 
+def _one_root_state(gpus: int) -> State:
+    """``gpus`` GPUs on buses 01.. under the one default root (a profile without topology)."""
+    return attrs.evolve(
+        h100_state(1), nvlink=None, pcie_roots=(RootComplex(id="pci0000:00", numa_node=0),),
+        gpus=tuple(_gpu(i, f"0000:{i + 1:02x}:00.0", "pci0000:00", 0) for i in range(gpus)),
+    )
+
+
+async def test_sixty_four_gpus_under_one_root_complex(
+    host: Host, node_root: Path, native: Path, sim: PcibusSimulator
+) -> None:
+    """As many GPUs as the engine config takes (64), with no ``pcie_topology``.
+
+    A root bus has 32 device numbers, so past 32 switch ports the ports are
+    further functions of the first ones (multi-function root ports, as real
+    root complexes have), function 0 of each device first: the layout of
+    nodes with up to 32 ports is unchanged.
+    """
+    before = snapshot(node_root)
+    state = _one_root_state(64)
+    await sim.stage(host, state)
+    assert sim.readiness.ready, sim.readiness.reason
+    lines = lspci(node_root, "-n").splitlines()
+    assert [ln.split()[0] for ln in lines if " 0302: " in ln] == [
+        f"{i + 1:02x}:00.0" for i in range(64)
+    ]
+    bridges = [ln.split()[0] for ln in lines if " 0604: " in ln]
+    assert len(bridges) == 64
+    assert bridges[:2] == ["00:00.0", "00:00.1"]  # device 0 last, so in BDF order first
+    assert "00:01.0" in bridges
+    assert "00:01.1" in bridges
+    assert "00:02.0" in bridges
+    # Every GPU sits below its own port: secondary bus = the GPU's bus.
+    tree = plan_tree(state, fallback_cpus=1)
+    ports = {f.secondary_bus: f for f in tree.by_role("bridge")}
+    assert sorted(ports) == list(range(1, 65))
+    for gpu in tree.by_role("gpu"):
+        assert gpu.path.split("/")[2] == ports[split_bdf(gpu.bdf)[1]].bdf
+    # Function 0 of a device with more functions says so in its header type.
+    header = (sys_root(node_root) / "devices/pci0000:00/0000:00:01.0/config").read_bytes()[0x0E]
+    assert header == 0x81
+    single = plan_tree(_one_root_state(8), fallback_cpus=1).by_role("bridge")
+    assert [f.bdf for f in single] == [f"0000:00:{d:02x}.0" for d in range(1, 9)]
+    assert {build_config(f)[0x0E] for f in single} == {0x01}
+    await sim.discard(host)
+    assert snapshot(node_root) == before
+
+
+def test_a_root_bus_without_a_free_device_number_is_a_clear_error() -> None:
+    # GPUs on all 32 device numbers of the root bus leave none for a port.
+    on_root = [_gpu(i, f"0000:00:{i:02x}.0", "pci0000:00", 0) for i in range(32)]
+    state = attrs.evolve(_one_root_state(1), gpus=(
+        *on_root, _gpu(32, "0000:01:00.0", "pci0000:00", 0)))
+    with pytest.raises(SpecError, match=r"pci0000:00 has no free device number on its bus"):
+        plan_tree(state, fallback_cpus=1)
+
+
 def test_switch_goes_under_the_root_owning_its_bus() -> None:
     state = attrs.evolve(
         h100_state(),

@@ -112,10 +112,15 @@ class FabricManagerSimulator:
 
     settings: FabricManagerSettings = attrs.field(factory=FabricManagerSettings)
     name: str = attrs.field(default="fabricmanager", init=False)
-    #: Newest state delivered by ``stage``/``reload``; ``run`` waits on it.
+    #: Newest state ``run`` acts on: its start state, then each ``reload``.
+    #: Never set by ``stage``: a Stage wave may still fail at the barrier,
+    #: and the marker turns every ``auto`` GPU COMPLETED the moment it exists.
     _state: trio_util.AsyncValue[State | None] = attrs.field(
         factory=lambda: trio_util.AsyncValue(None), init=False
     )
+    #: Newest state seen by ``stage``, ``run`` or ``reload``: what readiness
+    #: and the fabric-state directory follow.
+    _latest: State | None = attrs.field(default=None, init=False)
     #: ``stopped`` | ``initializing`` | ``ready`` (marker written) | ``off``;
     #: changes only after the filesystem does, so waiting on it (tests, logs)
     #: observes exact virtual times without polling.
@@ -144,7 +149,7 @@ class FabricManagerSimulator:
         else:
             await trio.to_thread.run_sync(_discard_sync, host)
         self._staged = True
-        self._state.value = state
+        self._latest = state
 
     async def discard(self, host: Host) -> None:
         """Remove the directory and any marker, whichever process wrote them."""
@@ -153,7 +158,7 @@ class FabricManagerSimulator:
 
     @property
     def readiness(self) -> Readiness:
-        state = self._state.value
+        state = self._latest
         if not self._staged or state is None:
             return Readiness.not_ready("fabricmanager not staged yet")
         if not self.enabled(state):
@@ -174,6 +179,7 @@ class FabricManagerSimulator:
 
     async def reload(self, state: State) -> None:
         """Hand ``run`` the newest state; never blocks."""
+        self._latest = state
         self._state.value = state
 
     async def run(
@@ -184,6 +190,7 @@ class FabricManagerSimulator:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Bring the marker up after the init delay and keep it there; see the module docstring."""
+        self._latest = state
         self._state.value = state
         started = False
         try:
@@ -242,7 +249,7 @@ class FabricManagerSimulator:
 
     def _keep_dir(self) -> bool:
         """Whether the fabric-state directory must survive the marker (stage wants it)."""
-        state = self._state.value
+        state = self._latest
         return self._staged and state is not None and self.enabled(state)
 
 

@@ -189,14 +189,17 @@ class KernelLogSimulator:
     # ---- Simulator -----------------------------------------------------
 
     async def stage(self, host: Host, state: State) -> None:
-        """Notes the state and whether ``/dev/kmsg`` exists (creating the stand-in file if due)."""
+        """Notes whether ``/dev/kmsg`` exists (creating the stand-in file if due)."""
         exists = await trio.to_thread.run_sync(
             _ensure_kmsg, host, self.settings.fallback_file == "auto"
         )
         if not self._running:
             self._kmsg_problem = None if exists else _missing(host)
         self._staged = True
-        self._state.value = state
+        # The state is *not* handed to ``run`` here: the Stage wave may still
+        # fail at the barrier, and an Xid on the kernel log is acted on at
+        # once (node-problem-detector), so it waits for ``reload``, which
+        # only a pass past the barrier calls, like NVML's events.
 
     async def discard(self, host: Host) -> None:
         """Forget what was announced: the next start announces the Xids then in force."""

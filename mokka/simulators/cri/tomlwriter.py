@@ -10,7 +10,6 @@ rather than writing something containerd would read differently.
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -46,9 +45,29 @@ def _table(lines: list[str], path: list[str], table: Mapping[str, Any]) -> None:
         _table(lines, [*path, key], value)
 
 
+#: What a TOML basic string cannot hold literally: ``"``, ``\\``, the C0
+#: controls and DEL.
+_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
+_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+          "\f": "\\f", "\r": "\\r"}
+
+
+def _string(text: str) -> str:
+    """A TOML basic string.
+
+    Not ``json.dumps``: it leaves DEL raw and writes characters beyond the
+    BMP as surrogate pairs, both of which TOML refuses, so a value read from
+    the node's own config could come back unreadable.  Everything else is
+    written as itself (TOML files are UTF-8).
+    """
+    return '"' + _ESCAPE.sub(
+        lambda m: _SHORT.get(m.group(), f"\\u{ord(m.group()):04x}"), text
+    ) + '"'
+
+
 def _key(key: str) -> str:
     """A bare key where TOML allows one, else a quoted one (``"io.containerd.grpc.v1.cri"``)."""
-    return key if _BARE_KEY.match(key) else json.dumps(key)
+    return key if _BARE_KEY.match(key) else _string(key)
 
 
 def _value(value: Any) -> str:
@@ -57,8 +76,7 @@ def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        # JSON's escapes (\" \\ \n \t \uXXXX ...) are all valid in TOML basic strings.
-        return json.dumps(value)
+        return _string(value)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):

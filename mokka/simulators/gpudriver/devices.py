@@ -8,7 +8,7 @@ would on a GPU host:
 =============================  ==========================  ======
 node                           device                      mode
 =============================  ==========================  ======
-``nvidia<minor>``              195:<minor>                 0666
+``nvidia<minor>``              195:<minor> (0..253)        0666
 ``nvidiactl``                  195:255                     0666
 ``nvidia-modeset``             195:254                     0666
 ``nvidia-uvm``                 <uvm major>:0               0666
@@ -25,6 +25,7 @@ root-only on a real host, monitoring is world-readable.
 from __future__ import annotations
 
 from mokka import layout
+from mokka.errors import SpecError
 from mokka.host import Artifact, CharDevice
 from mokka.simulators.gpudriver.settings import GpuDriverSettings
 from mokka.state.model import State
@@ -34,6 +35,9 @@ NVIDIA_MAJOR = 195
 #: Minors the driver reserves for its control and modeset nodes.
 CTL_MINOR = 255
 MODESET_MINOR = 254
+#: Highest GPU minor (``NV_MINOR_DEVICE_NUMBER_REGULAR_MAX``): the two above
+#: it are the control and modeset nodes.
+MAX_GPU_MINOR = 253
 #: ``nvidia-cap<N>`` minors and modes: 1 is MIG config, 2 is MIG monitor.
 MIG_CAPS = {1: 0o400, 2: 0o444}
 
@@ -52,6 +56,7 @@ def device_artifacts(state: State, settings: GpuDriverSettings) -> list[Artifact
     by index: on real H100 nodes the minor follows bus order, which the
     index need not.
     """
+    _check_minors(state)
     dev = layout.DRIVER_DEV
     artifacts: list[Artifact] = [
         CharDevice(gpu_node(gpu.minor), NVIDIA_MAJOR, gpu.minor, DEVICE_MODE)
@@ -68,3 +73,25 @@ def device_artifacts(state: State, settings: GpuDriverSettings) -> list[Artifact
         for minor, mode in MIG_CAPS.items()
     ]
     return artifacts
+
+
+def _check_minors(state: State) -> None:
+    """``SpecError`` for a GPU whose minor is a control node's (or out of range).
+
+    ``/dev/nvidia254`` as 195:254 would be ``nvidia-modeset`` under another
+    name: a container given that GPU would get the modeset device, and the
+    device cgroup rule for one is the rule for the other.
+    """
+    reserved = {MODESET_MINOR: "nvidia-modeset", CTL_MINOR: "nvidiactl"}
+    problems = []
+    for gpu in state.gpus:
+        where = f"{state.profile_name}: devices[index={gpu.index}].minor_number"
+        if gpu.minor in reserved:
+            problems.append(
+                f"{where}: {gpu.minor} is {reserved[gpu.minor]}'s minor, "
+                f"expected 0..{MAX_GPU_MINOR}"
+            )
+        elif not 0 <= gpu.minor <= MAX_GPU_MINOR:
+            problems.append(f"{where}: {gpu.minor}, expected 0..{MAX_GPU_MINOR}")
+    if problems:
+        raise SpecError(problems)

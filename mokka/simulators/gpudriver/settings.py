@@ -68,6 +68,16 @@ class GpuDriverSettings:
     #: useful and needs privileges a normal run lacks.
     publish: str = attrs.field(default="auto", validator=_check_publish)
 
+    def __attrs_post_init__(self) -> None:
+        # Both ranges start at minor 1 (``nvidia-uvm-tools``, ``nvidia-cap1``):
+        # one major for both would make them one device, and a container
+        # given the UVM nodes would be given MIG configuration too.
+        if self.uvm_major == self.caps_major:
+            raise SpecError(
+                f"gpudriver settings: uvm_major and caps_major: both {self.uvm_major}, "
+                "expected two distinct majors (--uvm-major, --nvidia-caps-major)"
+            )
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GpuDriverSettings:
         """Build from the parsed daemon flags (see ``add_arguments``)."""

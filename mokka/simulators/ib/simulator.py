@@ -39,7 +39,7 @@ import attrs
 import trio
 
 from mokka import layout, native
-from mokka.host import Artifact, CopyOf, Host
+from mokka.host import Artifact, ConvergeReport, CopyOf, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.ib.bundle import STAGED_DIR, bundle_artifacts, find_bundle
 from mokka.simulators.ib.hca import plan_hcas
@@ -116,8 +116,9 @@ class IbSimulator:
 
     async def stage(self, host: Host, state: State) -> None:
         try:
-            plan = self.plan(state)
-            report = await trio.to_thread.run_sync(host.converge, OWNER, plan.artifacts)
+            # One thread hop for the plan too: it reads the shim and the
+            # image's tools directory, which must not block the event loop.
+            plan, report = await trio.to_thread.run_sync(self._stage_sync, host, state)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"stage failed: {exc}")
             raise
@@ -153,6 +154,11 @@ class IbSimulator:
                 len(report.updated),
                 len(report.removed),
             )
+
+    def _stage_sync(self, host: Host, state: State) -> tuple[IbPlan, ConvergeReport]:
+        """Plan, then converge (blocking; a worker thread)."""
+        plan = self.plan(state)
+        return plan, host.converge(OWNER, plan.artifacts)
 
     async def discard(self, host: Host) -> None:
         report = await trio.to_thread.run_sync(host.discard, OWNER)

@@ -12,7 +12,9 @@ node root, the host's ``/var/lib/nvml-mock``, ``/run/nvidia/driver``):
   (``<driver root>/usr/local/lib/mokka-ib/bin``, see ``bundle.py``) when the
   image has one, else the machine's installed tool (Debian's path);
 * shims: ``<driver root>/usr/local/lib/`` (``libmockfs.so`` is staged there
-  by ``pcibus``, ``libibshim.so`` by ``ib`` in ``full`` mode);
+  by ``pcibus``, ``libibshim.so`` by ``ib`` in ``full`` mode), preloaded by
+  file name with that directory first on ``LD_LIBRARY_PATH``, because ld.so
+  splits ``LD_PRELOAD`` at spaces and a node root may have one in its path;
 * the IB tree: ``$MOKKA_IB_ROOT`` when set, else ``<driver root>/../ib``
   (``mokka.layout.IB_ROOT`` beside the driver root), else the node path
   ``/var/lib/nvml-mock/ib`` itself (the driver root reached through a bind
@@ -74,14 +76,18 @@ _TO_LOCAL_LIB = posixpath.relpath(layout.DRIVER_LOCAL_LIB, layout.DRIVER_BIN)
 _TO_STAGED_BIN = posixpath.relpath(STAGED_BIN, layout.DRIVER_BIN)
 _TO_IB_ROOT = posixpath.relpath(layout.IB_ROOT, layout.DRIVER_BIN)
 
-#: One shim of the wrapper's preload list: it must exist, then it is appended.
+#: One shim of the wrapper's preload list: it must exist, then its *file
+#: name* is appended.  ld.so splits ``LD_PRELOAD`` at spaces and colons, so
+#: a full path under a root such as ``/home/a b/mokka-node`` would not load
+#: and the tool would quietly read the machine's own IB classes; a bare
+#: name is looked up on ``LD_LIBRARY_PATH``, which splits at colons only.
 _PRELOAD = """\
 lib=$here/{local_lib}/{library}
 if [ ! -f "$lib" ]; then
     echo "{name}: shim $lib is missing (staged by the mokka daemon)" >&2
     exit 1
 fi
-preload="$preload${{preload:+ }}$lib"
+preload="$preload${{preload:+ }}{library}"
 """
 
 #: The check that the machine has the tool (no image copy staged).
@@ -123,10 +129,16 @@ fi
 fi
 root=$(CDPATH='' cd -- "$root" && pwd -P) || exit 1
 preload=
-{preloads}LD_PRELOAD="$preload${{LD_PRELOAD:+ $LD_PRELOAD}}"
+{preloads}libdir=$(CDPATH='' cd -- "$here/{local_lib}" && pwd -P) || exit 1
+case $libdir in
+    *:*) echo "{name}: $libdir holds a ':', which LD_LIBRARY_PATH cannot name" >&2; exit 1 ;;
+esac
+# The shims by name, found first on LD_LIBRARY_PATH (see the preload lines).
+LD_LIBRARY_PATH="$libdir${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
+LD_PRELOAD="$preload${{LD_PRELOAD:+ $LD_PRELOAD}}"
 MOKKA_MOCKFS_ROOT=$root
 MOKKA_MOCKFS_PREFIXES={prefixes}
-export LD_PRELOAD MOKKA_MOCKFS_ROOT MOKKA_MOCKFS_PREFIXES
+export LD_LIBRARY_PATH LD_PRELOAD MOKKA_MOCKFS_ROOT MOKKA_MOCKFS_PREFIXES
 exec "$real" "$@"
 """
 
@@ -154,6 +166,7 @@ def wrapper_script(tool: Tool, *, staged: bool = False) -> str:
         ib_node_path=layout.IB_ROOT,
         tool_check=check,
         preloads=preloads,
+        local_lib=_TO_LOCAL_LIB,
         prefixes=":".join(IB_PREFIXES),
     )
 

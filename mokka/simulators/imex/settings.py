@@ -21,6 +21,10 @@ from mokka.errors import SpecError
 from mokka.simulators.imex.procdevices import MAX_MAJOR
 
 MODES = ("auto", "on", "off")
+#: The NVIDIA driver's static character major (``/dev/nvidia<i>``, ``nvidiactl``).
+NVIDIA_MAJOR = 195
+#: The gpudriver's default ``--uvm-major``, for settings built without its flag.
+UVM_MAJOR_DEFAULT = 510
 #: Linux minors are 20 bits wide; a channel number is a minor.
 MAX_CHANNELS = 1 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -43,6 +47,10 @@ class ImexSettings:
     #: value as the gpudriver's ``/dev/nvidia-caps`` nodes: both come from the
     #: one ``--nvidia-caps-major`` flag (gpudriver's), so they cannot disagree.
     caps_major: int = layout.NVIDIA_CAPS_MAJOR
+    #: The major of ``nvidia-uvm`` (the gpudriver's ``--uvm-major``), only so
+    #: the channel major cannot take it: ``channel0``/``channel1`` would be
+    #: ``nvidia-uvm``/``nvidia-uvm-tools`` under another name.
+    uvm_major: int = UVM_MAJOR_DEFAULT
     #: Directory the chart's ``imex.binaries.image`` fills with the IMEX
     #: archive (a ``.tar.gz``/``.tar.xz`` file, see ``archive.find_in_dir``).
     #: ``None``: no such volume.
@@ -81,6 +89,16 @@ class ImexSettings:
                 f"--imex-channel-major and --nvidia-caps-major: both {self.channel_major}, "
                 "expected two distinct majors"
             )
+        if self.channel_major == NVIDIA_MAJOR:
+            problems.append(
+                f"--imex-channel-major: {NVIDIA_MAJOR}, expected a major other than "
+                f"{NVIDIA_MAJOR} (NVIDIA's own static major: channel<i> would be /dev/nvidia<i>)"
+            )
+        elif self.channel_major == self.uvm_major:
+            problems.append(
+                f"--imex-channel-major and --uvm-major: both {self.channel_major}, "
+                "expected two distinct majors"
+            )
         if self.archive_sha256 is not None and not _SHA256.match(self.archive_sha256):
             problems.append(
                 f"--imex-archive-sha256: {self.archive_sha256!r}, expected 64 hexadecimal digits"
@@ -116,6 +134,7 @@ class ImexSettings:
             channel_count=args.imex_channels,
             channel_major=args.imex_channel_major,
             caps_major=getattr(args, "nvidia_caps_major", layout.NVIDIA_CAPS_MAJOR),
+            uvm_major=getattr(args, "uvm_major", UVM_MAJOR_DEFAULT),
             archive_dir=args.imex_archive_dir,
             archive_url=args.imex_archive_url,
             archive_sha256=args.imex_archive_sha256,

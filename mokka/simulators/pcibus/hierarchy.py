@@ -11,7 +11,10 @@ Bridge addresses.  A bridge lives on its root complex's bus (``pci0000:80``
 → bus 0x80) and owns the GPU's bus as its secondary and subordinate bus.
 Its device number is the lowest one in 1..31 (then 0) that no GPU, NVSwitch
 or other bridge already uses on that bus, allocated in order of the
-downstream bus number.  GPUs and NVSwitches sit on *their own* buses (the
+downstream bus number; past 32 ports a root bus has no device number left,
+and further ports become functions 1..7 of the ports' devices
+(multi-function root ports, as real root complexes have), so one root
+takes as many GPUs as the engine config does.  GPUs and NVSwitches sit on *their own* buses (the
 bus in their BDF), so a bridge can only collide with an endpoint whose BDF
 is on the root bus itself; the allocation skips those.  An endpoint whose
 bus *is* its root's bus hangs directly off the root complex, without a
@@ -75,9 +78,13 @@ LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 #: keyboard line.
 FIRST_IRQ = 32
 
-#: Device numbers tried for a bridge on a root bus: 1..31 first (real root
-#: buses keep 0 for the host bridge), then 0.
-_BRIDGE_SLOTS = (*range(1, 32), 0)
+#: (device, function) addresses tried for a bridge on a root bus: function 0
+#: of devices 1..31 first (real root buses keep 0 for the host bridge), then
+#: 0; past 32 ports, further functions of those devices, as multi-function
+#: root ports are on real root complexes.  Function 0 of a device is always
+#: taken before its others, as PCI enumeration requires.
+_BRIDGE_SLOTS = tuple((device, function) for function in range(8)
+                      for device in (*range(1, 32), 0))
 
 
 @attrs.frozen
@@ -131,6 +138,8 @@ class PciFunction:
     primary_bus: int | None = None
     #: bound kernel driver (``nvidia`` for GPUs and NVSwitches)
     driver: str | None = None
+    #: one of several functions of its device (bridges past 32 ports on a bus)
+    multifunction: bool = False
 
     @property
     def is_bridge(self) -> bool:
@@ -138,8 +147,8 @@ class PciFunction:
 
     @property
     def header_type(self) -> int:
-        """0: a normal device; 1: a PCI-to-PCI bridge."""
-        return 1 if self.is_bridge else 0
+        """0: a normal device; 1: a PCI-to-PCI bridge; bit 7: a multi-function device."""
+        return (1 if self.is_bridge else 0) | (0x80 if self.multifunction else 0)
 
 
 @attrs.frozen
@@ -403,6 +412,8 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
     functions: list[PciFunction] = []
     # endpoint BDF -> the BDF of the bridge above it
     parent_of: dict[str, str] = {}
+    # (domain, root bus) -> (device, function) of the bridges placed there
+    bridge_slots: dict[tuple[int, int], set[tuple[int, int]]] = {}
     # Sorted by (domain, bus, root): bridge device numbers follow the buses
     # they lead to, so they depend on the set of buses, never on list order.
     for (root_id, _domain, bus), members in sorted(
@@ -410,15 +421,20 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
     ):
         root = roots[root_id]
         root_domain, root_bus = split_root(root_id)
-        taken = occupied.setdefault((root_domain, root_bus), set())
-        slot = next((d for d in _BRIDGE_SLOTS if d not in taken), None)
+        # Device numbers of endpoints on the root bus are never shared with a port.
+        endpoints_here = occupied.get((root_domain, root_bus), set())
+        ports = bridge_slots.setdefault((root_domain, root_bus), set())
+        slot = next(
+            (s for s in _BRIDGE_SLOTS if s not in ports and s[0] not in endpoints_here), None
+        )
         if slot is None:
             raise SpecError(
-                f"{state.profile_name}: root complex {root_id} would need more than 32 "
-                f"switch ports for its devices, expected at most 32 buses per root complex"
+                f"{state.profile_name}: root complex {root_id} has no free device number on "
+                f"its bus for another switch port, expected GPUs and NVSwitches on at most "
+                f"{len(_BRIDGE_SLOTS)} buses below it and not on every device of its own bus"
             )
-        taken.add(slot)
-        bridge_bdf = f"{root_domain:04x}:{root_bus:02x}:{slot:02x}.0"
+        ports.add(slot)
+        bridge_bdf = f"{root_domain:04x}:{root_bus:02x}:{slot[0]:02x}.{slot[1]}"
         # The port's downstream link is the endpoint's link; endpoints sharing
         # a bus share the port, and the first one's link stands for it.
         link = members[0].link
@@ -462,6 +478,18 @@ def plan_tree(state: State, *, fallback_cpus: int) -> PciTree:
             )
         )
 
+    # A device whose bridges use more than function 0 is multi-function.
+    shared = {
+        (domain, bus, device)
+        for (domain, bus), slots in bridge_slots.items()
+        for device, function in slots
+        if function > 0
+    }
+    functions = [
+        attrs.evolve(f, multifunction=True) if f.is_bridge and split_bdf(f.bdf)[:3] in shared
+        else f
+        for f in functions
+    ]
     # Numeric sort (not text), then IRQs in that order: stable for equal states.
     functions.sort(key=lambda f: split_bdf(f.bdf))
     functions = [attrs.evolve(f, irq=FIRST_IRQ + ordinal) for ordinal, f in enumerate(functions)]

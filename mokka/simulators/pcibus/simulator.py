@@ -23,9 +23,9 @@ import attrs
 import trio
 
 from mokka import layout, native
-from mokka.host import CopyOf, Host
+from mokka.host import ConvergeReport, CopyOf, Host
 from mokka.simulators.base import Readiness
-from mokka.simulators.pcibus.hierarchy import plan_tree
+from mokka.simulators.pcibus.hierarchy import PciTree, plan_tree
 from mokka.simulators.pcibus.nfd import feature_artifacts
 from mokka.simulators.pcibus.settings import PcibusSettings
 from mokka.simulators.pcibus.sysfs import tree_artifacts
@@ -72,12 +72,9 @@ class PcibusSimulator:
         ready and propagates, so the Stage wave reports it.
         """
         try:
-            # Missing shim → NativeArtifactMissing before anything is written:
-            # a tree without the shim that exposes it would be half a surface.
-            library = native.artifact(native.MOCKFS_LIBRARY)
-            tree = plan_tree(state, fallback_cpus=self.settings.fallback_cpus)
-            artifacts = [*tree_artifacts(tree), CopyOf(MOCKFS_STAGED, library, mode=0o755)]
-            report = await trio.to_thread.run_sync(host.converge, STAGE_OWNER, artifacts)
+            # Planning looks the shim up on disk: in the same thread hop as
+            # the converge, never on the event loop.
+            tree, report = await trio.to_thread.run_sync(self._stage_sync, host, state)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"stage failed: {exc}")
             raise
@@ -96,6 +93,15 @@ class PcibusSimulator:
             len(report.updated),
             len(report.removed),
         )
+
+    def _stage_sync(self, host: Host, state: State) -> tuple[PciTree, ConvergeReport]:
+        """Plan the tree and converge it with the shim (blocking; a worker thread)."""
+        # Missing shim → NativeArtifactMissing before anything is written:
+        # a tree without the shim that exposes it would be half a surface.
+        library = native.artifact(native.MOCKFS_LIBRARY)
+        tree = plan_tree(state, fallback_cpus=self.settings.fallback_cpus)
+        artifacts = [*tree_artifacts(tree), CopyOf(MOCKFS_STAGED, library, mode=0o755)]
+        return tree, host.converge(STAGE_OWNER, artifacts)
 
     async def discard(self, host: Host) -> None:
         """Remove exactly what Stage created, as the manifest records it."""
