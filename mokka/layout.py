@@ -39,6 +39,13 @@ IMEX_PROC_DEVICES = f"{STATE_ROOT}/imex/proc-devices"
 #: Fabric manager readiness marker directory and file.
 FABRIC_STATE_DIR = f"{STATE_ROOT}/fabric-state"
 FABRIC_READY_MARKER = f"{FABRIC_STATE_DIR}/fabricmanager.ready"
+#: The same marker mirrored beside the engine config, which is what the mock
+#: NVML library reads.  A path from the config directory to ``fabric-state``
+#: would need ``..``, and ``..`` at the top of a bind mount (the driver root
+#: published at ``/run/nvidia/driver``, or mounted alone into a container such
+#: as the DRA kubelet plugin) leaves the mount: through it, GPUs would stay
+#: "In Progress" forever.  The config directory travels with the driver root.
+FABRIC_READY_MIRROR = f"{CONFIG_DIR}/fabricmanager.ready"
 #: Node-local download cache (imex archives).
 CACHE_DIR = f"{STATE_ROOT}/cache"
 #: Where the driver tree is published (gpudriver Apply).

@@ -72,11 +72,12 @@ def test_typed_values_resolved_for_the_library():
 
 
 def test_paths_are_relative_to_the_config_directory():
-    assert fabric_marker_relative_path() == "../../fabric-state/fabricmanager.ready"
+    # no "..": the path must stay inside a bind mount of the driver root alone
+    assert fabric_marker_relative_path() == "fabricmanager.ready"
     loaded = yaml.safe_load(render_engine_config(h100()))
     config_dir = layout.ENGINE_CONFIG.rsplit("/", 1)[0]
     resolved = f"{config_dir}/{loaded['paths.fabric_ready_marker']}"
-    assert resolved.replace("driver/config/../../", "") == layout.FABRIC_READY_MARKER
+    assert resolved == layout.FABRIC_READY_MIRROR
 
 
 def test_xids_and_failures_are_carried_by_position():

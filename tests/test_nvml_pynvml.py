@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -202,12 +203,26 @@ def test_topology_follows_root_complexes_and_numa_nodes(native: Path, tmp_path: 
 def test_fabric_auto_completes_when_the_fabric_manager_marker_appears(native: Path, tmp_path: Path):
     config = write_config(tmp_path, state_of("h100"))
     assert probe(native, config, "inventory")["devices"][0]["fabric"]["state"] == 2
-    marker = node_path(tmp_path, layout.FABRIC_READY_MARKER)
-    marker.parent.mkdir(parents=True)
+    # the mirror beside the config is the one the library reads (no ".." in its path)
+    marker = node_path(tmp_path, layout.FABRIC_READY_MIRROR)
     marker.touch()
     fabric = probe(native, config, "inventory")["devices"][0]["fabric"]
     assert fabric["state"] == 3
     assert fabric["status"] == 0
+
+
+def test_fabric_completes_through_a_copy_of_the_driver_root_alone(native: Path, tmp_path: Path):
+    """The driver root bind-mounted (or mounted alone into a container) still sees the marker."""
+    config = write_config(tmp_path / "node", state_of("h100"))
+    node_path(tmp_path / "node", layout.FABRIC_READY_MIRROR).touch()
+    node_path(tmp_path / "node", layout.FABRIC_READY_MARKER).parent.mkdir(parents=True)
+    node_path(tmp_path / "node", layout.FABRIC_READY_MARKER).touch()
+    # Only the driver root travels: nothing beside it, as in /run/nvidia/driver.
+    alone = tmp_path / "run-nvidia-driver"
+    shutil.copytree(node_path(tmp_path / "node", layout.DRIVER_ROOT), alone)
+    moved = alone / config.relative_to(node_path(tmp_path / "node", layout.DRIVER_ROOT))
+    fabric = probe(native, moved, "inventory")["devices"][0]["fabric"]
+    assert fabric["state"] == 3
 
 
 def test_event_wait_blocks_for_its_timeout_and_delivers_each_xid_once(native: Path, tmp_path: Path):

@@ -254,8 +254,19 @@ class FabricManagerSimulator:
 
 
 def _write_marker(host: Host) -> bool:
-    """Converge the marker; ``True`` if it had to be (re)created."""
-    report = host.converge(MARKER_OWNER, [File(layout.FABRIC_READY_MARKER, b"", 0o644)])
+    """Converge the marker and its mirror; ``True`` if either had to be (re)created.
+
+    The mirror beside the engine config is the one the mock library reads
+    (see ``layout.FABRIC_READY_MIRROR``); the marker in ``fabric-state`` is
+    the documented one other consumers and the CDI mount see.
+    """
+    report = host.converge(
+        MARKER_OWNER,
+        [
+            File(layout.FABRIC_READY_MARKER, b"", 0o644),
+            File(layout.FABRIC_READY_MIRROR, b"", 0o644),
+        ],
+    )
     return bool(report.created or report.updated)
 
 
@@ -281,13 +292,14 @@ def _remove_stale_marker(host: Host, keep_dir: bool) -> None:
     consumers believe the fabric is ready too early, whoever wrote it.
     """
     _marker_down(host, keep_dir)
-    try:
-        stale = host.resolve(layout.FABRIC_READY_MARKER)
-    except HostPathError:
-        return
-    if stale.is_file() and not stale.is_symlink():
-        logger.info("fabric manager: removing stale marker %s", layout.FABRIC_READY_MARKER)
-        stale.unlink(missing_ok=True)
+    for node_path in (layout.FABRIC_READY_MARKER, layout.FABRIC_READY_MIRROR):
+        try:
+            stale = host.resolve(node_path)
+        except HostPathError:
+            continue
+        if stale.is_file() and not stale.is_symlink():
+            logger.info("fabric manager: removing stale marker %s", node_path)
+            stale.unlink(missing_ok=True)
 
 
 def _discard_sync(host: Host) -> None:

@@ -94,9 +94,11 @@ def fabric_marker_relative_path() -> str:
     """The readiness marker's path relative to the engine config's directory.
 
     Relative, so the same file works on the host (``/var/lib/nvml-mock/...``),
-    under a test root, and in a container that mirrors the layout.
+    under a test root, and in a container that mirrors the layout; and it
+    names the mirror beside the config (no ``..``), so it also works through
+    a bind mount of the driver root alone (``layout.FABRIC_READY_MIRROR``).
     """
-    return os.path.relpath(layout.FABRIC_READY_MARKER, os.path.dirname(layout.ENGINE_CONFIG))
+    return os.path.relpath(layout.FABRIC_READY_MIRROR, os.path.dirname(layout.ENGINE_CONFIG))
 
 
 def render_engine_config(state: State) -> str:
