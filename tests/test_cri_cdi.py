@@ -332,6 +332,57 @@ async def test_specs_converge_down_and_skip_unchanged_rewrites(host: Host, node_
     assert snapshot(node_root) == before
 
 
+async def test_retract_narrows_the_specs_before_stage_removes_anything(
+    host: Host, node_root: Path
+) -> None:
+    """8 GPUs with NVSwitch and IMEX → 4 GPUs without: the published specs must
+    never name what the coming stage removes, even if that pass then fails."""
+    before = snapshot(node_root)
+    simulator = sim()
+    eight = h100_state(8)
+    stage_driver(host, eight, imex=True)
+    await simulator.apply(host, eight)
+    published = load_spec(node_root, cdi.SPEC_PATH)
+    assert any("fabric-state" in m["hostPath"] for m in published["containerEdits"]["mounts"])
+
+    four = h100_state(4, nvswitch=False)
+    await simulator.retract(host, four)
+    narrowed = {p: load_spec(node_root, p) for p in (cdi.SPEC_PATH, cdi.NRI_SPEC_PATH)}
+    names = [d["name"] for d in narrowed[cdi.SPEC_PATH]["devices"]]
+    assert names == ["0", uuid(0), "1", uuid(1), "2", uuid(2), "3", uuid(3)]
+    mounts = [m["hostPath"] for m in narrowed[cdi.SPEC_PATH]["containerEdits"]["mounts"]]
+    assert mounts == [f"{layout.DRIVER_LIB}/libnvidia-ml.so.1", layout.CONFIG_DIR]
+    for doc in narrowed.values():
+        cdi_validator().validate(doc)
+
+    # The smaller node staged (nvidia4..7, fabric-state and IMEX gone): every
+    # path the narrowed specs name is still there.  This is the state a
+    # failed pass would leave the node in until the next good one.
+    stage_driver(host, four, fabric=False)
+    assert cdi.check(host, narrowed) is None
+    await simulator.apply(host, four)
+    assert [d["name"] for d in load_spec(node_root, cdi.SPEC_PATH)["devices"]][-1] == "all"
+    await teardown(simulator, host)
+    assert snapshot(node_root) == before
+
+
+async def test_retract_leaves_the_applied_state_alone(host: Host, node_root: Path) -> None:
+    before = snapshot(node_root)
+    simulator = sim()
+    eight = h100_state(8)
+    stage_driver(host, eight)
+    await simulator.apply(host, eight)
+    spec = os.stat(node_root / cdi.SPEC_PATH.lstrip("/"))
+    await simulator.retract(host, eight)  # a repair pass: nothing goes away
+    again = os.stat(node_root / cdi.SPEC_PATH.lstrip("/"))
+    assert (again.st_ino, again.st_mtime_ns) == (spec.st_ino, spec.st_mtime_ns)
+    # Nothing published yet (a fresh process): nothing to narrow, nothing written.
+    await teardown(simulator, host)
+    fresh = sim()
+    await fresh.retract(host, eight)
+    assert snapshot(node_root) == before
+
+
 async def test_stage_writes_nothing_and_rejects_bad_names(host: Host, node_root: Path) -> None:
     before = snapshot(node_root)
     simulator = sim()

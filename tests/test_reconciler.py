@@ -329,6 +329,32 @@ async def test_an_unchanged_resync_repairs_drift_once_the_interval_passed(
     assert snapshot(node_root) == {}
 
 
+async def test_a_pass_that_takes_time_still_repairs_at_the_next_resync(
+    autojump_clock, host: Host, node_root: Path
+):
+    """The source's resync timer runs from its read, before the pass that read
+    starts and long before a slow pass ends: drift must still be repaired at the
+    next resync, not every other one (a repair pass is slow too)."""
+    sim = FakeSimulator("sim", stage_delay=5)
+    async with running(host, [sim], repair_interval=60) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        assert trio.current_time() == 5
+        staged = snapshot(node_root)
+        wipe(node_root)
+        await trio.sleep(55)
+        h.source.publish(make_state(1))  # the resync, 60 s after the read
+        with trio.fail_after(10):  # virtual seconds: fails instead of waiting forever
+            await h.passes(2)
+        await trio.sleep(55)  # the repair pass took 5 s again
+        h.source.publish(make_state(1))
+        with trio.fail_after(10):
+            await h.passes(3)
+        assert [c[3] for c in sim.calls("stage")] == [0, 60, 120]
+        assert snapshot(node_root) == staged
+    assert snapshot(node_root) == {}
+
+
 async def test_source_error_keeps_the_last_good_state(autojump_clock, host: Host, node_root: Path):
     sim = FakeSimulator("sim")
     async with running(host, [sim]) as h:
@@ -400,3 +426,43 @@ async def test_one_canonical_log_line_per_pass(
         (4, 0, 1, None),
     ]
     assert lines[0].duration_s == 0
+
+
+@attrs.define(eq=False)
+class RetractingSimulator(FakeSimulator):
+    """A simulator that also retracts (like the CDI specs) before the Stage wave."""
+
+    retract_errors: list[BaseException | None] = attrs.field(factory=list)
+
+    async def retract(self, host: Host, state) -> None:
+        self._record("retract", state)
+        await trio.sleep(1)  # slow on purpose: no stage may start meanwhile
+        if self.retract_errors and (error := self.retract_errors.pop(0)) is not None:
+            raise error
+
+
+async def test_retract_runs_before_any_stage_and_its_failure_is_a_stage_failure(
+    autojump_clock, host: Host, node_root: Path
+):
+    log: list = []
+    retracting = RetractingSimulator("cri", log=log, retract_errors=[None, StageError("cannot")])
+    other = FakeSimulator("gpudriver", log=log)
+    reconciler = Reconciler(host, [retracting, other])
+    first = await reconciler.reconcile_once(make_state(1))
+    assert first.ok
+    # retract at 0, then both stages at 1: nothing staged while retracting
+    assert [(c[0], c[1], c[3]) for c in log] == [
+        ("cri", "retract", 0),
+        ("cri", "stage", 1),
+        ("gpudriver", "stage", 1),
+    ]
+    log.clear()
+    second = await reconciler.reconcile_once(make_state(2))
+    assert not second.ok
+    failed = {o.name: o.error for o in second.failures}
+    assert failed == {"cri": "StageError: cannot"}
+    # the failing retractor's stage did not run; the others' did
+    assert [(c[0], c[1]) for c in log] == [("cri", "retract"), ("gpudriver", "stage")]
+    report = await teardown(host, [retracting, other], timeout=10)
+    assert report.clean
+    assert snapshot(node_root) == {}

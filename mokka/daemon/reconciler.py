@@ -2,10 +2,13 @@
 
 One pass over a ``State``:
 
-1. **Stage wave**: a nursery of its own; every simulator's ``stage`` runs in
-   its own task, which catches ``Exception`` (never ``BaseException``:
-   cancellation must pass) and records it, so one pass reports *every*
-   failing simulator, not the first.
+1. **Stage wave**: first, appliers that are also ``Retractor``s stop
+   publishing what the new state will remove (the CDI specs narrow to what
+   both states keep), all of them before any stage starts; then a nursery
+   of its own where every simulator's ``stage`` runs in its own task, which
+   catches ``Exception`` (never ``BaseException``: cancellation must pass)
+   and records it, so one pass reports *every* failing simulator, not the
+   first.
 2. **Barrier**: plain sequencing.  If any stage failed the pass ends here: no
    daemon starts, nothing is applied, the node is never half-visible.
 3. **Supervise**: daemons start exactly once, on the first pass that passes
@@ -22,11 +25,11 @@ exponential backoff without waiting for new input (a new input cuts the
 wait short); a ``SpecError`` is terminal until the input changes; an
 unchanged state (same ``content_hash``) after a pass causes no new pass,
 except a *repair* pass: when an unchanged update (the source's periodic
-resync) arrives at least ``repair_interval`` after the last good pass, the
-pass runs anyway, so drift (a device node someone deleted, a spec another
-tool overwrote) is put right within one resync interval.  Stages are
-idempotent and do not rewrite what is unchanged, so a repair pass costs
-reads, not writes.
+resync) was read at least ``repair_interval`` after the input of the last
+good pass, the pass runs anyway, so drift (a device node someone deleted,
+a spec another tool overwrote) is put right within one resync interval.
+Stages are idempotent and do not rewrite what is unchanged, so a repair
+pass costs reads, not writes.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from mokka.daemon.status import DurationSummary, PassResult, ReconcilerStatus, S
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import MokkaError, SpecError
 from mokka.host import Host
-from mokka.simulators.base import Applier, Daemon, Simulator
+from mokka.simulators.base import Applier, Daemon, Retractor, Simulator
 
 if TYPE_CHECKING:
     from mokka.state.model import State
@@ -75,8 +78,12 @@ class Reconciler:
     supervisor: Supervisor | None = None
     #: Retry schedule of a failed pass: 1, 2, 4, ... seconds, at most 60 s.
     backoff: Backoff = attrs.field(factory=Backoff)
-    #: Seconds after a good pass from which an unchanged update triggers a
-    #: repair pass (the daemon passes ``--resync-interval``); 0: never.
+    #: Seconds between the update a good pass ran over and an unchanged
+    #: update that triggers a repair pass (the daemon passes
+    #: ``--resync-interval``); 0: never.  Measured between the updates'
+    #: ``at`` (when the source read its inputs), the clock the source's resync
+    #: timer runs on: measured from the end of the pass instead, a pass
+    #: taking any time at all would push every repair to the resync after next.
     repair_interval: float = 0.0
 
     # Private, mutable bookkeeping; ``status`` is the published snapshot.
@@ -131,7 +138,7 @@ class Reconciler:
         last_hash: str | None = None  # the state the last pass ran over
         attempt = 0  # consecutive failed passes over ``last_hash``
         retry_at = math.inf
-        last_good_at: float | None = None  # when the last pass over ``last_hash`` succeeded
+        last_good_at: float | None = None  # ``at`` of the update the last good pass ran over
         while True:
             got: object = _NOTHING
             with trio.move_on_at(retry_at):
@@ -145,7 +152,11 @@ class Reconciler:
             if state is None:
                 self._set_phase("waiting")
                 continue
-            if not due and state.content_hash == last_hash and not self._repair_due(last_good_at):
+            if (
+                not due
+                and state.content_hash == last_hash
+                and not self._repair_due(last_good_at, update.at)
+            ):
                 # Same input: converged, terminal, or its retry is already scheduled.
                 continue
             if state.content_hash != last_hash:
@@ -156,7 +167,7 @@ class Reconciler:
             last_hash = state.content_hash
             if result.ok:
                 attempt, retry_at = 0, math.inf
-                last_good_at = trio.current_time()
+                last_good_at = update.at
                 self._set_phase("idle")
             elif result.retry_delay is None:
                 retry_at, last_good_at = math.inf, None
@@ -165,12 +176,12 @@ class Reconciler:
                 retry_at, last_good_at = trio.current_time() + result.retry_delay, None
                 self._set_phase("backoff")
 
-    def _repair_due(self, last_good_at: float | None) -> bool:
-        """An unchanged state is passed again once the last good pass is old enough."""
+    def _repair_due(self, last_good_at: float | None, at: float) -> bool:
+        """An unchanged update ``at`` that time is passed again once the last good one is old."""
         return (
             self.repair_interval > 0
             and last_good_at is not None
-            and trio.current_time() - last_good_at >= self.repair_interval
+            and at - last_good_at >= self.repair_interval
         )
 
     # ---- one pass -----------------------------------------------------
@@ -212,8 +223,22 @@ class Reconciler:
         nursery only ever raises for cancellation.
         """
         outcomes: dict[str, SimulatorOutcome] = {}
+        retractors = [sim for sim in self.simulators if isinstance(sim, Retractor)]
+        if retractors:
+            # Before any stage removes a path, what is published stops naming
+            # it (the CDI specs: "before them on the way down").  A failed
+            # retract is that simulator's stage failure: its stage does not run.
+            async with trio.open_nursery() as nursery:
+                for sim in retractors:
+                    retract = sim.retract  # type: ignore[attr-defined]
+                    nursery.start_soon(
+                        self._call, "stage", sim, retract, (self.host, state), outcomes
+                    )
+            outcomes = {name: o for name, o in outcomes.items() if o.failed}
         async with trio.open_nursery() as nursery:
             for sim in self.simulators:
+                if sim.name in outcomes:
+                    continue
                 nursery.start_soon(
                     self._call, "stage", sim, sim.stage, (self.host, state), outcomes
                 )

@@ -8,6 +8,12 @@ simulator opts in simply by having the methods.
 
 Contract, in the order the reconciler calls things (ARCHITECTURE sections 3 and 4):
 
+* ``retract(host, state)`` (optional, ``Retractor``): before the Stage wave,
+  for appliers whose published artifacts name what other simulators stage
+  (the CDI specs): stop naming whatever staging ``state`` will remove, so
+  nothing published ever points at a missing path ("before them on the way
+  down").  A failure counts as that simulator's stage failure.
+
 * ``stage(host, state)``: write artifacts that are not yet externally
   visible; idempotent; converges (removes what ``state`` no longer calls
   for).  Raises on failure; the Stage wave records the error.
@@ -67,6 +73,11 @@ class Applier(Protocol):
     async def apply(self, host: Host, state: State) -> None: ...
 
     async def revoke(self, host: Host) -> None: ...
+
+
+@runtime_checkable
+class Retractor(Protocol):
+    async def retract(self, host: Host, state: State) -> None: ...
 
 
 @runtime_checkable

@@ -345,3 +345,57 @@ def _files(specs: Mapping[str, Mapping[str, Any]]) -> Iterable[File]:
 def withdraw(host: Host) -> ConvergeReport:
     """Remove both specs (blocking).  Also works for specs a killed process left."""
     return host.discard(OWNER)
+
+
+def narrow(host: Host, state: State, *, nri: bool = True) -> bool:
+    """Cut the published specs down to what the coming ``state`` keeps (blocking).
+
+    Called before the Stage wave (``CriSimulator.retract``): Stage may
+    remove what the published specs name (8 → 4 GPUs removes
+    ``/dev/nvidia4..7``; leaving an NVSwitch profile removes the fabric-state
+    directory; leaving GB200 removes the IMEX binaries), and a spec naming a
+    missing path breaks *every* container of its kind — "before them on the
+    way down".  What stays is the intersection of each published document
+    with the document the new state would give on a bare node
+    (``NodeExtras()``: no optional mounts, whose survival only the other
+    simulators know): GPU entries whose edits are unchanged, and the core
+    edits (control nodes, library, config directory, env) that are
+    identical in both.  Apply republishes the whole spec once every surface
+    has staged.  Returns whether a spec was rewritten.
+    """
+    published: dict[str, dict[str, Any]] = {}
+    for path in (SPEC_PATH, NRI_SPEC_PATH):
+        try:
+            text = host.read_text(path)
+        except (OSError, HostPathError):
+            continue
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue  # not ours to parse; Apply rewrites it whole
+        if isinstance(doc, dict):
+            published[path] = doc
+    if not published:
+        return False
+    bare = build_specs(state, NodeExtras(nvidia_smi=False), nri=nri)
+    narrowed = {
+        path: _intersect(doc, bare[path]) for path, doc in published.items() if path in bare
+    }
+    if narrowed == published:
+        return False
+    host.converge(OWNER, _files(narrowed))
+    logger.info("CDI specs narrowed ahead of staging: %s", ", ".join(sorted(narrowed)))
+    return True
+
+
+def _intersect(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``old`` keeping only devices and edits that ``new`` has identically."""
+    new_devices = {d.get("name"): d for d in new.get("devices", ())}
+    devices = [d for d in old.get("devices", ()) if new_devices.get(d.get("name")) == d]
+    old_edits = old.get("containerEdits") or {}
+    new_edits = new.get("containerEdits") or {}
+    edits = {
+        key: [item for item in values if item in new_edits.get(key, ())]
+        for key, values in old_edits.items()
+    }
+    return {**old, "devices": devices, "containerEdits": {k: v for k, v in edits.items() if v}}

@@ -41,6 +41,8 @@ class CriSimulator:
     _readiness: Readiness = attrs.field(
         default=Readiness.not_ready("CDI specs not published yet"), init=False
     )
+    #: Content hash of the state the specs were last published for.
+    _applied_hash: str | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._runtime = RuntimeSetup(self.settings)
@@ -53,6 +55,19 @@ class CriSimulator:
         """Validate the spec contents; nothing is written before Apply."""
         cdi.validate(state)
         cdi.build_specs(state, cdi.NodeExtras(), nri=self.settings.nri)
+
+    async def retract(self, host: Host, state: State) -> None:
+        """Before the Stage wave: stop naming what staging ``state`` will remove.
+
+        Skipped for the state already applied (a repair pass): nothing it
+        names goes away, and narrowing would drop the optional mounts until
+        Apply puts them back.
+        """
+        if state.content_hash == self._applied_hash:
+            return
+        await trio.to_thread.run_sync(
+            lambda: cdi.narrow(host, state, nri=self.settings.nri)
+        )
 
     async def discard(self, host: Host) -> None:
         """Nothing to remove: stage wrote nothing, and the toolkit install stays.
@@ -71,6 +86,7 @@ class CriSimulator:
         """
         try:
             self._readiness = await trio.to_thread.run_sync(self._apply, host, state)
+            self._applied_hash = state.content_hash
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"apply failed: {exc}")
             raise
@@ -88,6 +104,7 @@ class CriSimulator:
     async def revoke(self, host: Host) -> None:
         """Withdraw the specs, then the drop-in (with a queued containerd restart)."""
         self._readiness = Readiness.not_ready("revoked: CDI specs withdrawn")
+        self._applied_hash = None
         await trio.to_thread.run_sync(self._revoke, host)
 
     def _revoke(self, host: Host) -> None:
