@@ -32,7 +32,7 @@ from mokka.artifacts import (
     File,
     Symlink,
 )
-from mokka.errors import HostPathError
+from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.manifest import Manifest
 
@@ -90,6 +90,32 @@ class Convergence:
 
     # -- creation ------------------------------------------------------
 
+    def put(self, art: Artifact, norm: str) -> None:
+        """``ensure_parents`` and ``place``, again if another owner removed a parent meanwhile.
+
+        Owners converge concurrently (sibling batches, simulators of one
+        Stage wave) and share parent directories.  An owner that no longer
+        wants a directory removes it once it is empty, which it may be for
+        a moment while this converge is about to fill it: the parent is
+        then gone under the next ``mkdir`` or temp file.  Nothing is wrong
+        with either converge, so the placement is simply done again (the
+        parents are re-created, and recorded as this owner's); only a
+        missing parent is retried, any other error is raised at once.
+        """
+        for attempt in range(1, _PLACE_ATTEMPTS + 1):
+            try:
+                self.ensure_parents(norm)
+                self.place(art, norm)
+                return
+            except _ParentVanished as exc:
+                if attempt == _PLACE_ATTEMPTS:
+                    raise HostPathError(str(exc)) from None
+            except FileNotFoundError as exc:
+                source = str(art.source) if isinstance(art, CopyOf) else None
+                if attempt == _PLACE_ATTEMPTS or exc.filename == source:
+                    raise
+            logger.debug("%s: a parent directory went away while placing it; again", norm)
+
     def ensure_parents(self, norm: str) -> None:
         """Create (and record) every missing parent directory of ``norm``, top down."""
         parts = norm.strip("/").split("/")[:-1]
@@ -100,35 +126,43 @@ class Convergence:
         """Make ``norm`` a directory, recording it if created (or shared with its creator).
 
         ``explicit``: asked for as a ``Directory`` artifact, so its mode is
-        managed too; implicit parents keep whatever mode they have.
+        managed too; implicit parents keep whatever mode they have.  Another
+        owner's converge may create or remove directories on the same path
+        at the same time: each check is made once (no ``lexists`` then
+        ``isdir`` with a window between them), and a parent that went away
+        raises ``_ParentVanished`` for ``put`` to try again.
         """
         real = self.host.resolve(norm, follow_last=True)
-        if not os.path.isdir(real):
-            # isdir is asked again after lexists: a concurrent converge of
-            # another owner may create the directory between the two checks.
-            if os.path.lexists(real) and not os.path.isdir(real):
-                raise HostPathError(f"{norm}: exists and is not a directory")
+        existing = _stat(real)
+        if existing is not None and not stat.S_ISDIR(existing.st_mode):
+            raise HostPathError(f"{norm}: exists and is not a directory")
+        if existing is None:
             if not os.path.isdir(real.parent):
-                # Only when ``norm`` is a symlink whose (re-rooted) target's
-                # parent is missing: refuse before noting, so the manifest
-                # never lists a path that is really a symlink.
-                raise HostPathError(
-                    f"{norm}: a symlink to {real.relative_to(self.host.root)} "
-                    "under the node root, whose parent directory does not exist"
-                )
-            if not os.path.isdir(real):
-                self.manifest.note("add", norm, "dir")
-                try:
-                    os.mkdir(real, mode)
-                except FileExistsError:
-                    # Created concurrently by another owner: noted above, so shared.
-                    if not os.path.isdir(real):
-                        raise HostPathError(f"{norm}: exists and is not a directory") from None
-                    return
+                if os.path.islink(self.host.resolve(norm)):
+                    # ``norm`` is a symlink whose (re-rooted) target's parent is
+                    # missing: refuse before noting, so the manifest never lists
+                    # a path that is really a symlink.
+                    raise HostPathError(
+                        f"{norm}: a symlink to {real.relative_to(self.host.root)} "
+                        "under the node root, whose parent directory does not exist"
+                    )
+                raise _ParentVanished(f"{norm}: its parent directory was removed meanwhile")
+            self.manifest.note("add", norm, "dir")
+            try:
+                os.mkdir(real, mode)
                 # mkdir honours the umask; the mode we asked for is what we mean
                 os.chmod(real, mode)
-                self.created.append(norm)
+            except FileExistsError:
+                # Created concurrently by another owner: noted above, so shared.
+                if not os.path.isdir(real):
+                    raise HostPathError(f"{norm}: exists and is not a directory") from None
                 return
+            except FileNotFoundError:
+                raise _ParentVanished(
+                    f"{norm}: it or its parent directory was removed meanwhile"
+                ) from None
+            self.created.append(norm)
+            return
         if norm not in self.manifest.entries and self._listed_by_other_owner(norm):
             # Another owner created it (a sibling batch, another simulator):
             # share it, so whichever owner leaves last removes it.  Without
@@ -224,6 +258,12 @@ class Convergence:
         elif stat.S_ISREG(existing.st_mode):
             shutil.copy2(real, target, follow_symlinks=False)
             (backups / (name + ".mode")).write_text(oct(stat.S_IMODE(existing.st_mode)))
+        elif stat.S_ISFIFO(existing.st_mode):
+            target.write_text(json.dumps({"fifo": True, "mode": stat.S_IMODE(existing.st_mode)}))
+        elif stat.S_ISSOCK(existing.st_mode):
+            # A socket cannot be made again (its listener owns it): refuse, as
+            # for a directory, rather than leave the node without it.
+            raise HostPathError(f"{norm}: a socket is in the way")
         else:
             target.write_text(json.dumps({
                 "device": [os.major(existing.st_rdev), os.minor(existing.st_rdev)],
@@ -243,7 +283,7 @@ class Convergence:
                 )
             if stat.S_ISREG(st.st_mode) and real.read_bytes() == _placeholder(art):
                 self.degraded.append(_placeholder_reason(art))
-                return not _can_mknod()
+                return not _can_mknod(self.host.state_dir)
             return False
         if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != art.mode:
             return False
@@ -258,6 +298,10 @@ class Convergence:
         file under the final name.  Device nodes fall back to a placeholder
         file without CAP_MKNOD (recorded as degraded).
         """
+        # A directory standing where a file should go cannot be renamed over;
+        # checked before the temp file exists, so a refusal leaves none behind.
+        if real.is_dir() and not real.is_symlink():
+            raise HostPathError(f"{real}: a directory is in the way")
         tmp = real.with_name(f".{real.name}.mokka-tmp")
         _unlink(tmp)
         if isinstance(art, Symlink):
@@ -283,9 +327,6 @@ class Convergence:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, art.mode)
-        # A directory standing where a file should go cannot be renamed over.
-        if real.is_dir() and not real.is_symlink():
-            raise HostPathError(f"{real}: a directory is in the way")
         os.replace(tmp, real)
 
     # -- removal -------------------------------------------------------
@@ -295,6 +336,12 @@ class Convergence:
 
         Deepest paths first, so directories are empty by the time they are
         reached; parents of wanted paths stay.
+
+        Best effort, path by path: one path that cannot go (a busy mount, a
+        permission) must not keep every later path of the owner in place, in
+        every later discard too.  A failed path stays in the manifest, and so
+        do its parent directories (forgotten, they would outlive it once the
+        next try removes it); the failures are raised together at the end.
         """
         # Deepest first, so directories empty out before we look at them.
         stale = [p for p in self.manifest.entries if p not in wanted]
@@ -303,10 +350,23 @@ class Convergence:
             for w in wanted
             for i in range(1, w.count("/"))
         }
+        failures: list[str] = []
+        kept_parents: set[str] = set()
         for norm in sorted(stale, key=lambda p: (-p.count("/"), p)):
-            if norm in wanted_dirs:
+            if norm in wanted_dirs or norm in kept_parents:
                 continue
-            self._remove(norm)
+            try:
+                self._remove(norm)
+            except (OSError, MokkaError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                failures.append(f"{norm} ({reason})")
+                logger.warning("could not remove %s: %s", norm, reason)
+                parts = norm.strip("/").split("/")
+                kept_parents.update("/" + "/".join(parts[:i]) for i in range(1, len(parts)))
+        if failures:
+            raise HostPathError(
+                f"could not remove {', '.join(failures)}; kept in the manifest for the next try"
+            )
 
     def _remove(self, norm: str) -> None:
         """Remove one recorded entry, restore what it replaced, and forget it."""
@@ -345,10 +405,21 @@ class Convergence:
             self.manifest.note("remove", norm)
             self.removed.append(norm)
             return
-        _unlink(real)
         # A process killed between writing the temp file and renaming it
         # leaves the temp file beside the path (``_write``); it is ours too.
         _unlink(real.with_name(f".{real.name}.mokka-tmp"))
+        try:
+            _unlink(real)
+        except IsADirectoryError:
+            # Replaced by a directory since (someone made one in its place):
+            # not ours any more, and what it replaced cannot go back there.
+            backup = self.manifest.backups.get(norm)
+            logger.warning(
+                "leaving %s in place: it is a directory now%s", norm,
+                f" (the file it replaced is kept in {STATE_DIR}/backups)" if backup else "",
+            )
+            self.manifest.note("remove", norm)
+            return
         backup = self.manifest.backups.get(norm)
         if backup:
             self._restore(norm, real, backup)
@@ -368,11 +439,31 @@ class Convergence:
             meta = json.loads(saved.read_text())
             if "symlink" in meta:
                 os.symlink(meta["symlink"], real)
+            elif meta.get("fifo"):
+                os.mkfifo(real, meta["mode"])
+                os.chmod(real, meta["mode"])  # mkfifo honours the umask
             else:
                 kind = stat.S_IFCHR if meta["char"] else stat.S_IFBLK
                 os.mknod(real, kind | meta["mode"], os.makedev(*meta["device"]))
         saved.unlink()
         rmdir_empty_tree(backups)
+
+
+#: Tries of one placement whose parent another owner removed meanwhile; each
+#: retry re-creates the parents, so a second try nearly always succeeds.
+_PLACE_ATTEMPTS = 5
+
+
+class _ParentVanished(Exception):
+    """A directory this converge relies on was removed by another owner's converge."""
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    """``stat`` (links followed) or ``None`` when nothing is there."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
 
 
 def _kind(art: Artifact) -> str:
@@ -414,13 +505,18 @@ def _placeholder_reason(art: CharDevice) -> str:
 _MKNOD_PROBE: bool | None = None
 
 
-def _can_mknod() -> bool:
-    """Whether this process may create device nodes (probed once, in /dev/shm or /tmp)."""
+def _can_mknod(scratch: Path) -> bool:
+    """Whether this process may create device nodes (probed once per process).
+
+    The probe node goes in ``scratch`` (Mokka's state directory under the
+    node root, which exists during every converge): nothing is written
+    outside the root, and a read-only ``/tmp`` does not break the probe.
+    """
     global _MKNOD_PROBE
     if _MKNOD_PROBE is None:
         import tempfile
 
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory(dir=scratch, prefix=".mknod-probe-") as d:
             try:
                 os.mknod(os.path.join(d, "probe"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
                 _MKNOD_PROBE = True

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import secrets
@@ -190,6 +191,12 @@ def run(args: argparse.Namespace) -> int:
     except MokkaError as exc:
         print(f"mokka ctl: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        # The node could not be changed (the lock or the file cannot be
+        # written): exit 1 with the file and the reason, not a traceback.
+        print(f"mokka ctl: error: {exc.filename or 'overrides file'}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -218,12 +225,13 @@ def parse_target(text: str, path: Path) -> str:
     known = _engine_gpus(path.with_name("config.yaml"))
     if text == "all":
         return "all"
-    if text.isdigit():
+    # ASCII digits only: ``"²".isdigit()`` holds, but ``int("²")`` raises
+    if text.isascii() and text.isdigit() and len(text) <= 32:
         if known is not None and int(text) not in known.values():
             raise CtlError(f"--gpu: no GPU with index {text} on this node "
                            f"(indices: {', '.join(map(str, sorted(known.values())))})")
         return str(int(text))
-    if checks.GPU_UUID_RE.match(text):
+    if checks.GPU_UUID_RE.fullmatch(text):
         uuid = "GPU-" + text[4:].lower()
         if known is not None and uuid not in known:
             raise CtlError(f"--gpu: no GPU with UUID {text} on this node")
@@ -242,7 +250,8 @@ def _engine_gpus(config: Path) -> dict[str, int] | None:
     """
     try:
         doc = yaml.safe_load(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, TypeError, AttributeError):
+        # (PyYAML raises plain ValueErrors for scalars it cannot build, e.g. ``2024-13-45``)
         return None
     if not isinstance(doc, dict):
         return None
@@ -334,8 +343,12 @@ def build_edit(args: argparse.Namespace) -> Edit:
     if verb == "temp":
         return lambda s: put(s, "thermal.temperature_gpu_c", args.celsius)
     if verb == "power":
+        # argparse's ``float`` takes "nan" and "inf", which have no milliwatts
+        if not math.isfinite(args.watts):
+            raise CtlError(f"--watts: {args.watts}, expected a number of watts")
+        milliwatts = round(args.watts * 1000)
         # NVML reports power in whole milliwatts
-        return lambda s: put(s, "power.current_draw_mw", round(args.watts * 1000))
+        return lambda s: put(s, "power.current_draw_mw", milliwatts)
     if verb == "util":
         def util(s: dict[str, Any]) -> None:
             put(s, "utilization.gpu", args.gpu_pct)
@@ -434,8 +447,12 @@ def _assignment(text: str) -> tuple[str, Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise CtlError(f"{text!r} is not key.path=value (e.g. thermal.temperature_gpu_c=80)")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else raw
-    except yaml.YAMLError:
+        # ``load_yaml``, not ``yaml.safe_load``: the file is read without YAML
+        # 1.1's base-60 numbers (``1:20`` is text, not 80), and a value the
+        # loader cannot build (``2024-13-45``, ``!!int x``, ``&a [*a]``) is a
+        # ``SpecError`` there rather than a ``ValueError`` or a cycle.
+        value = checks.load_yaml(raw, "value") if raw.strip() else raw
+    except SpecError:
         value = raw
     return key, value
 
@@ -460,7 +477,10 @@ def status(path: Path, args: argparse.Namespace) -> int:
         doc = {"version": 1, **({} if not section else (
             {"all": section} if target == "all" else {"devices": {target: section}}))}
     if args.json:
-        print(json.dumps(doc, indent=2, sort_keys=True))
+        # Keys as text: the open subtrees (``fan``, ``processes``) may mix int
+        # and string keys, which ``sort_keys`` cannot order; ``default=str``
+        # spells the values JSON has no type for (a YAML date).
+        print(json.dumps(_text_keys(doc), indent=2, sort_keys=True, default=str))
         return 0
     rows = [("all", k, v) for k, v in _flatten(doc.get("all", {}))]
     for target, section in doc.get("devices", {}).items():
@@ -487,8 +507,17 @@ def _flatten(section: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]
         if isinstance(value, dict) and value:
             rows.extend(_flatten(value, path))
         elif isinstance(value, list):
-            rows.append((path, json.dumps(value, separators=(",", ":"))))
+            rows.append((path, json.dumps(_text_keys(value), separators=(",", ":"), default=str)))
         else:
             rows.append((path, json.dumps(value) if isinstance(value, bool) or value is None
                          else str(value)))
     return rows
+
+
+def _text_keys(value: Any) -> Any:
+    """``value`` with every mapping key turned into its text, as JSON spells keys anyway."""
+    if isinstance(value, dict):
+        return {str(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_text_keys(v) for v in value]
+    return value

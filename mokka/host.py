@@ -38,7 +38,7 @@ import stat
 import subprocess
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
 import attrs
@@ -53,7 +53,7 @@ from mokka.artifacts import (
     Symlink,
 )
 from mokka.convergence import Convergence, rmdir_empty_tree
-from mokka.errors import CommandError, HostPathError
+from mokka.errors import CommandError, HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.manifest import Manifest
 
@@ -166,7 +166,7 @@ class Host:
         raw = os.fspath(path)
         if "\x00" in raw:
             raise HostPathError(f"{raw!r}: NUL byte in path")
-        parts = [p for p in PurePosixPath(raw).parts if p not in ("/", ".")]
+        parts = _components(raw)
         if any(p == ".." for p in parts):
             raise HostPathError(f"{raw}: '..' is not allowed in node paths")
         if not parts:
@@ -188,7 +188,10 @@ class Host:
                 break
             try:
                 st = os.lstat(candidate)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
+                # Missing, or under a non-directory: the rest is taken as
+                # written, and whatever uses the path gets the real error
+                # (``exists`` answers False, a write fails with ENOTDIR).
                 resolved.append(name)
                 resolved.extend(pending)
                 break
@@ -197,11 +200,9 @@ class Host:
                 if hops > _MAX_SYMLINKS:
                     raise HostPathError(f"{raw}: too many symlinks")
                 target = os.readlink(candidate)
-                target_parts = [p for p in PurePosixPath(target).parts if p not in (".",)]
                 if target.startswith("/"):
                     resolved = []
-                    target_parts = [p for p in target_parts if p != "/"]
-                pending = target_parts + pending
+                pending = _components(target) + pending
                 continue
             resolved.append(name)
         result = self.root.joinpath(*resolved)
@@ -297,8 +298,7 @@ class Host:
                 for art in wanted:
                     norm = _norm(art.path)
                     wanted_paths.add(norm)
-                    work.ensure_parents(norm)
-                    work.place(art, norm)
+                    work.put(art, norm)
                 work.remove_unwanted(wanted_paths)
             finally:
                 # The journal already records what happened; an error leaves
@@ -312,15 +312,27 @@ class Host:
         return self.converge(owner, ())
 
     def discard_all(self) -> ConvergeReport:
-        """Discard every owner with a manifest (``mokka cleanup``)."""
+        """Discard every owner with a manifest (``mokka cleanup``).
+
+        Every owner is tried even when one fails (the manual recovery must
+        not stop at the first stuck path); the failures are raised together
+        afterwards, as one ``HostPathError`` naming each owner.
+        """
         directory = self._manifest_dir()
         owners = sorted(
             {p.name.rsplit(".", 1)[0] for p in directory.glob("*.json")}
             | {p.name.rsplit(".", 1)[0] for p in directory.glob("*.journal")}
         ) if directory.is_dir() else []
         removed: list[str] = []
+        failures: list[str] = []
         for owner in owners:
-            removed.extend(self.discard(owner).removed)
+            try:
+                removed.extend(self.discard(owner).removed)
+            except (OSError, MokkaError) as exc:
+                logger.warning("could not discard everything of %s: %s", owner, exc)
+                failures.append(f"{owner}: {exc}")
+        if failures:
+            raise HostPathError("; ".join(failures))
         return ConvergeReport(removed=tuple(removed))
 
 
@@ -332,7 +344,18 @@ def _check_owner(owner: str) -> None:
 
 def _norm(path: str) -> str:
     """One spelling per node path: absolute, no trailing slash, no '.' parts."""
-    parts = [p for p in PurePosixPath(path).parts if p not in ("/", ".")]
+    parts = _components(path)
     if not parts or any(p == ".." for p in parts):
         raise HostPathError(f"{path}: not a valid node path")
     return "/" + "/".join(parts)
+
+
+def _components(path: str) -> list[str]:
+    """The names in a node path or link target, without empty and '.' parts ('..' stays).
+
+    Split by hand rather than with ``PurePosixPath``: POSIX lets a path start
+    with exactly two slashes mean something else, so ``PurePosixPath`` keeps
+    ``//`` as a root of its own, which ``Path.joinpath`` then takes for the
+    host's ``/``.  Under the node root, ``//var`` is ``/var``, like ``///var``.
+    """
+    return [p for p in path.split("/") if p not in ("", ".")]

@@ -77,6 +77,10 @@ class Manifest:
             self._journal = os.open(
                 self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
             )
+            if os.fstat(self._journal).st_size and not _ends_with_newline(self.journal_path):
+                # A killed process left half a line: end it, or this record
+                # would be glued to it and skipped with it by ``load``.
+                os.write(self._journal, b"\n")
         # One write per record: a reader (another owner's converge) never
         # sees half a line from a complete write.
         os.write(self._journal, (json.dumps(record, separators=(",", ":")) + "\n").encode())
@@ -106,3 +110,10 @@ class Manifest:
         tmp.write_text(json.dumps({"entries": self.entries, "backups": self.backups}, indent=1))
         os.replace(tmp, self.snapshot_path)
         self.journal_path.unlink(missing_ok=True)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    """Whether the last byte of a (non-empty) journal is a newline."""
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"

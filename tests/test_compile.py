@@ -186,3 +186,27 @@ def test_problems_of_all_inputs_are_reported_together(tmp_path: Path) -> None:
 def test_empty_node_name_is_refused() -> None:
     with pytest.raises(SpecError, match="node name: empty"):
         compile_profile("t4", node_name=" ")
+
+
+def test_keys_of_any_yaml_type_hash_without_crashing(tmp_path: Path) -> None:
+    """Pass-through device fields and open overrides subtrees may have int, null or
+    date keys beside string ones; the hash must order them, and tell ``1`` from ``"1"``."""
+    text = (PROFILES / "minimal.yaml").read_text()
+    assert "device_defaults:\n" in text
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(text.replace(
+        "device_defaults:\n",
+        "device_defaults:\n  vendor_table: {0: zero, speed: 1, ~: none, 2024-01-31: day}\n", 1))
+    as_text = tmp_path / "as-text.yaml"
+    as_text.write_text(text.replace(
+        "device_defaults:\n",
+        "device_defaults:\n  vendor_table: {'0': zero, speed: 1, ~: none, 2024-01-31: day}\n", 1))
+    a = compile_profile(mixed, node_name="n")
+    assert a.content_hash == compile_profile(mixed, node_name="n").content_hash
+    assert a.content_hash != compile_profile(as_text, node_name="n").content_hash
+    overrides = write(tmp_path / "overrides.yaml", {
+        "version": 1, "all": {"fan": {0: 40, "speed_pct": 50}, "processes": [{"at": {1: "x"}}]}})
+    b = compile_profile("h100", node_name="n", overrides=overrides)
+    again = compile_profile("h100", node_name="n", overrides=overrides)
+    assert b.content_hash == again.content_hash
+    assert b.content_hash != compile_profile("h100", node_name="n").content_hash

@@ -125,7 +125,7 @@ def test_rejects_unknown_keys_and_leaves_the_file(file: Path, capsys) -> None:
     assert file.read_bytes() == before
 
 
-@pytest.mark.parametrize("target", ["x", "-1", "GPU-123", "gpu0"])
+@pytest.mark.parametrize("target", ["x", "-1", "GPU-123", "gpu0", "\u00b2", "9" * 40])
 def test_rejects_bad_targets(file: Path, target: str, capsys) -> None:
     assert run(file, "temp", "--gpu", target, "--celsius", "50") == 2
     assert capsys.readouterr().err == (
@@ -239,3 +239,48 @@ def test_concurrent_writers_lose_no_update(file: Path) -> None:
         assert [e["code"] for e in devices[str(gpu)]["xids"]] == list(range(1, 21))
     assert sorted(p.name for p in file.parent.iterdir()) == [
         "overrides.yaml", "overrides.yaml.lock"]
+
+
+def test_set_reads_values_as_the_file_is_read(file: Path, capsys) -> None:
+    """No YAML 1.1 base-60 (``1:20`` is not 80), and a value the loader cannot
+    build (a date that is none, a recursive alias) is text, not a traceback."""
+    assert run(file, "set", "thermal.temperature_gpu_c=1:20") == 2
+    assert capsys.readouterr().err == (
+        f"mokka ctl: error: {file}: all.thermal.temperature_gpu_c: '1:20' is not an integer\n")
+    assert not file.exists()
+    assert run(file, "set", "processes=2024-13-45", "fan=&a [*a]") == 0
+    assert doc(file)["all"] == {"processes": "2024-13-45", "fan": "&a [*a]"}
+
+
+def test_status_json_with_keys_of_several_types(file: Path, capsys) -> None:
+    # an open subtree may mix int and string keys, and hold dates
+    assert run(file, "set", "fan={0: 40, speed_pct: 50}", "processes=[{since: 2024-01-31}]") == 0
+    capsys.readouterr()
+    assert run(file, "status", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == {"version": 1, "all": {
+        "fan": {"0": 40, "speed_pct": 50}, "processes": [{"since": "2024-01-31"}]}}
+    assert run(file, "status") == 0
+    assert "processes      [{\"since\":\"2024-01-31\"}]" in capsys.readouterr().out
+
+
+def test_power_that_is_not_a_number_is_refused(file: Path, capsys) -> None:
+    for watts in ("nan", "inf"):
+        assert run(file, "power", "--gpu", "0", "--watts", watts) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "mokka ctl: error: --watts: nan, expected a number of watts",
+        "mokka ctl: error: --watts: inf, expected a number of watts",
+    ]
+    assert run(file, "fail", "--gpu", "0", "--mode", "lost", "--probability", "nan") == 2
+    assert capsys.readouterr().err == (
+        f"mokka ctl: error: {file}: devices.0.failure.probability: nan is not a number\n")
+    assert not file.exists()
+
+
+def test_a_file_that_cannot_be_written_is_exit_1_with_a_message(file: Path, capsys) -> None:
+    lock = file.with_name(file.name + ".lock")
+    lock.mkdir()  # in the lock file's place: open() fails even for root
+    assert run(file, "temp", "--gpu", "0", "--celsius", "50") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"mokka ctl: error: {lock}: ")
+    assert "Traceback" not in err
+    assert not file.exists()

@@ -315,3 +315,43 @@ async def test_control_plane_source_says_it_is_not_implemented(tmp_path: Path) -
     assert info.value.problems == (
         "--source control-plane: the control-plane state source (MEP-0001) is not implemented; "
         "the file source (--source file, the default) is the one in use",)
+
+
+async def test_an_unexpected_error_is_an_error_update_not_a_crash(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A compiler bug met by some input must not end the source (and with it the
+    daemon, whose teardown would take every GPU off the node): it is reported
+    like a bad input, the last good state stays, and the next good read recovers."""
+    import mokka.state.sources.file as file_source
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    source = make(profile, resync_interval=10, open_inotify=no_inotify, offload=inline)
+    out = trio_util.AsyncValue(None)
+    real_compile = file_source.compile_state
+
+    def compile_state(*args, **kwargs):
+        if "Rev 2" in profile.read_text():
+            raise KeyError("pci")
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(file_source, "compile_state", compile_state)
+    caplog.set_level(logging.ERROR, logger="mokka.state.sources.file")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(source.run, out)
+        good = out.value.state
+        profile.write_text(CHANGED)
+        await trio.sleep(11)
+        assert out.value.state is good
+        assert out.value.error.problems == (
+            f"{profile}: cannot be compiled (KeyError: 'pci')",)
+        await trio.sleep(10)  # the same error again: logged once, not per resync
+        logged = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+        assert [r.exc_info[0] for r in logged if r.exc_info] == [KeyError]
+        profile.write_text(PROFILE.replace("NVIDIA Test GPU", "NVIDIA Test GPU Rev 3"))
+        await trio.sleep(10)
+        assert out.value.error is None
+        assert out.value.state.generation == 2
+        nursery.cancel_scope.cancel()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import socket
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ import pytest
 import mokka.convergence
 from mokka.errors import HostPathError
 from mokka.host import CharDevice, CopyOf, Directory, File, Host, Symlink
+from mokka.manifest import Manifest
 from tests.support import ROOT, snapshot
 
 
@@ -305,4 +309,241 @@ def test_discard_all_finds_every_owner(node_root: Path):
     host.converge("b", files(2, "/b/f"))
     report = Host(node_root).discard_all()
     assert set(report.removed) >= {"/a/f0", "/a/f1", "/b/f0", "/b/f1"}
+    assert snapshot(node_root) == {}
+
+
+# ---- path spellings ----------------------------------------------------------
+
+
+def test_a_double_leading_slash_is_the_root_like_any_other(host: Host, node_root: Path):
+    # POSIX lets ``//`` stand for something else, and ``PurePosixPath`` keeps it
+    # as a root of its own; under the node root it must be plain ``/``.
+    (node_root / "var").mkdir()
+    (node_root / "var" / "run").symlink_to("//var/lib")  # a host-absolute target
+    before = snapshot(node_root)
+    assert host.resolve("//var/x") == node_root / "var/x"
+    assert host.resolve("//var/run/cdi") == node_root / "var/lib/cdi"
+    host.converge("t", [File("//var/a/f", "x\n"), File("/var/a/g", "y\n")])
+    assert host.owned("t") == {"/var/a": "dir", "/var/a/f": "file", "/var/a/g": "file"}
+    # The same file under its other spelling is the same path: kept, not removed.
+    host.converge("t", [File("/var/a/f", "x\n"), File("/var/a/g", "y\n")])
+    assert (node_root / "var/a/f").read_text() == "x\n"
+    assert host.owned("t") == {"/var/a": "dir", "/var/a/f": "file", "/var/a/g": "file"}
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
+def test_a_file_on_the_way_is_not_an_exception_of_resolve(host: Host, node_root: Path):
+    (node_root / "etc").mkdir()
+    (node_root / "etc" / "hosts").write_text("127.0.0.1 localhost\n")
+    before = snapshot(node_root)
+    assert host.resolve("/etc/hosts/x/y", follow_last=True) == node_root / "etc/hosts/x/y"
+    assert host.exists("/etc/hosts/x") is False
+    assert host.exists("/etc/hosts/x/y") is False
+    with pytest.raises(HostPathError, match="/etc/hosts: exists and is not a directory"):
+        host.converge("t", [File("/etc/hosts/x/y", "z")])
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
+# ---- concurrent owners ---------------------------------------------------------
+
+
+def test_a_parent_removed_by_another_owner_mid_converge_is_made_again(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Owner ``a`` leaves the shared directory empty and removes it just as
+    ``b`` is about to write into it; ``b``'s converge must still succeed."""
+    before = snapshot(node_root)
+    host.converge("a", [File("/d/shared/a", "a\n")])
+    real_place = mokka.convergence.Convergence.place
+    raced: list[str] = []
+
+    def place(self, art, norm):
+        # ``b`` has just made sure of its parents; ``a`` now discards, which
+        # removes the (still empty for ``b``) shared directory and ``/d``.
+        if self.manifest.owner == "b" and not raced:
+            raced.append(norm)
+            host.discard("a")
+        return real_place(self, art, norm)
+
+    monkeypatch.setattr(mokka.convergence.Convergence, "place", place)
+    report = host.converge("b", [File("/d/shared/b", "b\n")])
+    assert raced == ["/d/shared/b"]
+    assert (node_root / "d/shared/b").read_text() == "b\n"
+    assert not (node_root / "d/shared/a").exists()
+    assert host.owned("b") == {"/d": "dir", "/d/shared": "dir", "/d/shared/b": "file"}
+    assert "/d/shared/b" in report.created
+    host.discard("b")
+    assert snapshot(node_root) == before
+
+
+def test_owners_sharing_parents_converge_concurrently_without_errors(node_root: Path):
+    """Two owners grow and shrink into the same directories from two threads,
+    as the simulators of one Stage wave do; none of their converges may fail."""
+    host = Host(node_root)
+    before = snapshot(node_root)
+    errors: list[str] = []
+
+    def churn(owner: str) -> None:
+        for i in range(400):
+            wanted = [File(f"/d/a/{owner}", "x"), Directory(f"/d/b/{owner}")] if i % 2 else []
+            try:
+                host.converge(owner, wanted)
+            except Exception as exc:  # every failure is the finding
+                errors.append(f"{owner}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=churn, args=(owner,)) for owner in ("x", "y")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    host.discard("x")
+    host.discard("y")
+    assert snapshot(node_root) == before
+
+
+# ---- the journal -----------------------------------------------------------------
+
+
+def test_a_torn_journal_line_does_not_swallow_the_next_record(host: Host, node_root: Path):
+    """A process killed mid-write leaves half a line; the next process's first
+    record must not be glued to it (and skipped with it when the journal is read)."""
+    before = snapshot(node_root)
+    host.converge("t", [File("/a/first", "1")])
+    directory = host._manifest_dir()
+    (directory / "t.json").unlink()
+    (directory / "t.journal").write_text(
+        '{"op":"add","path":"/a","kind":"dir"}\n{"op":"add","path":"/a/first","kind":"file"}\n'
+        '{"op":"add","pa'
+    )
+    manifest = Manifest.load("t", directory)
+    manifest.note("add", "/a/second", "file")
+    manifest.close()  # killed before compaction: the journal is all there is
+    (node_root / "a" / "second").write_text("2")
+    assert Manifest.load("t", directory).entries == {
+        "/a": "dir", "/a/first": "file", "/a/second": "file"}
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
+# ---- discard is best effort --------------------------------------------------------
+
+
+def test_one_path_that_cannot_go_does_not_keep_the_rest(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    before = snapshot(node_root)
+    host.converge("t", [File("/a/x", "1"), File("/b/deep/y", "2"), File("/c/z", "3")])
+    real_unlink = mokka.convergence._unlink
+
+    def unlink(path: Path) -> None:
+        if path.name == "y":
+            raise PermissionError(1, "Operation not permitted", str(path))
+        real_unlink(path)
+
+    monkeypatch.setattr(mokka.convergence, "_unlink", unlink)
+    with pytest.raises(HostPathError, match=r"could not remove /b/deep/y \(Operation not "
+                       r"permitted\); kept in the manifest for the next try"):
+        host.discard("t")
+    # Everything else went; the failed file and its parents are still recorded.
+    assert not (node_root / "a").exists()
+    assert not (node_root / "c").exists()
+    assert host.owned("t") == {"/b": "dir", "/b/deep": "dir", "/b/deep/y": "file"}
+    monkeypatch.setattr(mokka.convergence, "_unlink", real_unlink)
+    host.discard("t")  # the next try (a later teardown, `mokka cleanup`) finishes the job
+    assert snapshot(node_root) == before
+
+
+def test_a_file_replaced_by_a_directory_is_left_and_forgotten(host: Host, node_root: Path):
+    host.converge("t", [File("/a/x", "1"), File("/b/y", "2"), File("/c/z", "3")])
+    (node_root / "b/y").unlink()
+    (node_root / "b/y").mkdir()
+    (node_root / "b/y/theirs").write_text("not ours\n")
+    with pytest.raises(HostPathError, match="b/y: a directory is in the way"):
+        host.converge("t", [File("/a/x", "1"), File("/b/y", "2"), File("/c/z", "3")])
+    assert sorted(os.listdir(node_root / "b")) == ["y"]  # and no temp file beside it
+    host.discard("t")
+    assert host.owned("t") == {}
+    assert snapshot(node_root) == {
+        "b": ("dir", 0o755), "b/y": ("dir", 0o755),
+        "b/y/theirs": ("file", 0o644, b"not ours\n")}
+
+
+# ---- what a replaced entry was -------------------------------------------------------
+
+
+def test_a_fifo_we_replaced_comes_back_as_a_fifo(host: Host, node_root: Path):
+    (node_root / "run").mkdir()
+    os.mkfifo(node_root / "run/pipe", 0o620)
+    os.chmod(node_root / "run/pipe", 0o620)
+    before = snapshot(node_root)
+    host.converge("t", [File("/run/pipe", "ours\n")])
+    assert (node_root / "run/pipe").read_text() == "ours\n"
+    host.discard("t")
+    assert stat.S_ISFIFO(os.lstat(node_root / "run/pipe").st_mode)
+    assert snapshot(node_root) == before
+
+
+def test_a_socket_in_the_way_is_refused(host: Host, node_root: Path):
+    (node_root / "run").mkdir()
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(node_root / "run/sock"))
+        before = snapshot(node_root)
+        with pytest.raises(HostPathError, match="/run/sock: a socket is in the way"):
+            host.converge("t", [File("/run/sock", "ours\n")])
+        host.discard("t")
+        assert snapshot(node_root) == before
+
+
+def test_the_mknod_probe_writes_only_under_the_root(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    made: list[str] = []
+    real_mknod = os.mknod
+
+    def mknod(path, *args, **kwargs):
+        made.append(str(path))
+        return real_mknod(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mknod", mknod)
+    monkeypatch.setattr(mokka.convergence, "_MKNOD_PROBE", None)
+    # A placeholder from an earlier run without CAP_MKNOD: asking whether it
+    # still fits is what runs the probe.
+    (node_root / "dev").mkdir()
+    (node_root / "dev/nvidiactl").write_text("mokka placeholder for character device 195:255\n")
+    before = snapshot(node_root)
+    host.converge("t", [CharDevice("/dev/nvidiactl", 195, 255)])
+    assert mokka.convergence._MKNOD_PROBE is not None
+    assert made
+    assert [p for p in made if not p.startswith(f"{node_root}/")] == []
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
+def test_cleanup_tries_every_owner_and_says_what_is_left(
+    node_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    from mokka.daemon.command import run_cleanup_command
+
+    host = Host(node_root)
+    host.converge("a", [File("/a/stuck", "1")])
+    host.converge("b", [File("/b/f", "2")])
+    real_unlink = mokka.convergence._unlink
+
+    def unlink(path: Path) -> None:
+        if path.name == "stuck":
+            raise PermissionError(1, "Operation not permitted", str(path))
+        real_unlink(path)
+
+    monkeypatch.setattr(mokka.convergence, "_unlink", unlink)
+    assert run_cleanup_command(argparse.Namespace(root=str(node_root))) == 1
+    assert capsys.readouterr().err == (
+        "mokka cleanup: error: a: could not remove /a/stuck (Operation not permitted); "
+        "kept in the manifest for the next try\n")
+    assert not (node_root / "b").exists()  # the owner after the stuck one was discarded
+    assert Host(node_root).owned("a") == {"/a": "dir", "/a/stuck": "file"}
+    monkeypatch.setattr(mokka.convergence, "_unlink", real_unlink)
+    assert run_cleanup_command(argparse.Namespace(root=str(node_root))) == 0
     assert snapshot(node_root) == {}

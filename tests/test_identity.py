@@ -34,6 +34,9 @@ def test_templates_keep_their_style() -> None:
     assert uuid != "GPU-b200b200-0000-0000-0000-000000000000"
     assert identity.gpu_serial("node-a", 0, "1562821083900").startswith("156")
     assert identity.ib_node_guid("node-a", 0, "9b88c2:0300:ab").startswith("0x9b88c2")
+    # only ASCII digits are kept: ``\\d`` would keep the Arabic-Indic ones too
+    assert identity.gpu_serial("node-a", 0, "\u0663\u0663\u0663-42").startswith("42")
+    assert identity.gpu_serial("node-a", 0, "\u0663\u0663\u0663").isascii()
     # a malformed template is ignored rather than copied
     assert UUID_RE.match(identity.gpu_uuid("node-a", 0, "not-a-uuid"))
 

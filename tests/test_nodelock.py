@@ -10,7 +10,11 @@ import pytest
 import trio
 import trio.testing
 
+from mokka import layout
+from mokka.daemon import command
 from mokka.daemon.nodelock import hold_node_root
+from mokka.host import Host
+from mokka.settings import Settings
 from tests.support import snapshot
 
 
@@ -62,3 +66,42 @@ async def test_waiting_can_be_cancelled(node_root: Path) -> None:
         assert scope.cancelled_caught
     finally:
         os.close(first)
+
+
+async def test_a_waiting_daemon_leaves_the_runtime_state_of_the_first_alone(
+    node_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon start resets the overrides file, but only once the root is its
+    own: while it waits, the failures injected into the first daemon stay."""
+    overrides = node_root / layout.OVERRIDES.lstrip("/")
+    overrides.parent.mkdir(parents=True)
+    overrides.write_text("version: 1\ndevices: {'0': {failure: {mode: lost}}}\n")
+    before = snapshot(node_root)
+    reset = trio.Event()
+    real_reset = command._reset_overrides
+
+    def reset_overrides(path: Path) -> None:
+        real_reset(path)
+        reset.set()
+
+    monkeypatch.setattr(command, "_reset_overrides", reset_overrides)
+    settings = Settings(root=node_root, node_name="worker-0", health_addr=("127.0.0.1", 0))
+    first = os.open(node_root, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(command.run_daemon, settings, Host(node_root), [])
+            await trio.testing.wait_all_tasks_blocked()  # parked on the lock
+            assert not reset.is_set()
+            assert snapshot(node_root) == before
+            os.close(first)  # the first daemon is gone
+            first = -1
+            with trio.fail_after(10):  # a real kernel lock hand-over, bounded
+                await reset.wait()
+            assert not overrides.exists()
+            nursery.cancel_scope.cancel()
+    finally:
+        if first >= 0:
+            os.close(first)
+    del before[str(overrides.relative_to(node_root))]
+    assert snapshot(node_root) == before

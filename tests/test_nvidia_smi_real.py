@@ -155,9 +155,9 @@ def element_paths(gpu: ET.Element) -> set[str]:
 def test_xml_report_matches_the_real_h100_capture(native: Path, smi: Path, tmp_path: Path):
     state = state_of("h100")
     config = write_config(tmp_path, state)
-    marker = node_path(tmp_path, layout.FABRIC_READY_MARKER)
-    marker.parent.mkdir(parents=True)
-    marker.touch()  # the fabric manager is up: fabric state Completed
+    # The fabric manager is up (fabric state Completed): the library reads the
+    # marker's mirror beside the engine config.
+    node_path(tmp_path, layout.FABRIC_READY_MIRROR).touch()
     ours = ET.fromstring(check_clean(run_smi(smi, native, config, "-q", "-x")))
     real = ET.parse(DATA / "nvidia-smi" / "qx-h100.xml").getroot()
     assert ours.findtext("driver_version") == state.system.driver_version

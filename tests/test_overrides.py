@@ -96,6 +96,21 @@ RULES = [
      "route_unhealthy, summary"),
     ({"version": 1, "all": {"clocks_throttle_reasons": {"gpu_idle": "yes"}}},
      "overrides.yaml: all.clocks_throttle_reasons.gpu_idle: 'yes' is not true or false"),
+    # ``"²".isdigit()`` holds but ``int("²")`` raises: a key, not a crash
+    ({"version": 1, "devices": {"\u00b2": {}}},
+     "overrides.yaml: devices.\u00b2: '\u00b2' is not a GPU index or a GPU UUID "
+     "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"),
+    ({"version": 1, "devices": {"9" * 5000: {}}},
+     f"overrides.yaml: devices.{'9' * 5000}: '{'9' * 56}... is not a GPU index or a GPU UUID "
+     "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"),
+    ({"version": 1, "all": {"nvlink_errors": {"\u00b2": 1}}},
+     "overrides.yaml: all.nvlink_errors.\u00b2: '\u00b2' is not a link number 0..17"),
+    ({"version": 1, "devices": {"GPU-abcdef01-0000-0000-0000-000000000000\n": {}}},
+     "overrides.yaml: devices.GPU-abcdef01-0000-0000-0000-000000000000\n: "
+     "'GPU-abcdef01-0000-0000-0000-000000000000\\n' is not a GPU index or a GPU UUID "
+     "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"),
+    ({"version": 1, "all": {"failure": {"probability": float("nan")}}},
+     "overrides.yaml: all.failure.probability: nan is not a number"),
 ]
 
 

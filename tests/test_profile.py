@@ -296,6 +296,29 @@ RULES = [
     ("pcie_topology", {"root_complexes": [{"id": "pci0000:00", "devices": ["0000:1A:00"]}]},
      "h100.yaml: pcie_topology.root_complexes[0].devices[0]: '0000:1A:00' is not a PCI address "
      "DDDD:BB:DD.F"),
+    # A bad value every device inherits is reported once, where it was written,
+    # and never crashes the duplicate check it would have fed.
+    ("device_defaults.minor_number", [1],
+     "h100.yaml: device_defaults.minor_number: a list is not an integer"),
+    ("device_defaults.minor_number", {"a": 1},
+     "h100.yaml: device_defaults.minor_number: a mapping is not an integer"),
+    # Without a minor_number the index is the minor, so it must fit one (255 is nvidiactl).
+    ("devices[3].index", 255,
+     "h100.yaml: devices[3].index: 255 is also the minor number (no minor_number given), "
+     "expected 0..254 or a minor_number"),
+    ("system.cuda_version", -3, 'h100.yaml: system.cuda_version: -3 is not a CUDA version like '
+     '"13.0"'),
+    # A block scalar's final newline, and digits of other scripts, are no driver version.
+    ("system.driver_version", "580.105.08\n",
+     "h100.yaml: system.driver_version: '580.105.08\\n' is not a driver version of 2-3 "
+     "dot-separated numbers like 580.105.08"),
+    ("system.driver_version", "\u0665\u0668\u0660.\u0661\u0660\u0665",
+     "h100.yaml: system.driver_version: '\u0665\u0668\u0660.\u0661\u0660\u0665' is not a "
+     "driver version of 2-3 dot-separated numbers like 580.105.08"),
+    ("devices[1].failure", {"probability": float("nan")},
+     "h100.yaml: devices[1].failure.probability: nan is not a number"),
+    ("devices[1].pci.bus_id", "0000:02:00.0\n",
+     "h100.yaml: devices[1].pci.bus_id: '0000:02:00.0\\n' is not a PCI address DDDD:BB:DD.F"),
 ]
 
 
@@ -341,3 +364,21 @@ def test_nvml_spelling_of_bus_ids_is_accepted() -> None:
     doc = with_change("devices[0].pci.bus_id", "00000000:1A:00.0")
     profile = Profile.from_mapping(doc, source="p.yaml")
     assert profile.devices[0].bus_id == "0000:1a:00.0"
+
+
+def test_a_bad_bus_id_in_the_defaults_is_reported_not_raised() -> None:
+    doc = base_doc()
+    doc["device_defaults"]["pci"]["bus_id"] = "zz"
+    for device in doc["devices"]:
+        del device["pci"]
+    assert problems_of(doc) == (
+        "h100.yaml: device_defaults.pci.bus_id: 'zz' is not a PCI address DDDD:BB:DD.F",)
+    doc["device_defaults"]["pci"]["bus_id"] = ["0000:01:00.0"]
+    assert problems_of(doc) == (
+        "h100.yaml: device_defaults.pci.bus_id: a list is not a PCI address DDDD:BB:DD.F",)
+
+
+def test_a_null_minor_number_means_the_index() -> None:
+    doc = with_change("devices[2].minor_number", None)
+    profile = Profile.from_mapping(doc, source="p.yaml")
+    assert [d.minor_number for d in profile.devices] == [0, 1, 2, 3]

@@ -148,8 +148,6 @@ def _reset_overrides(path: Path) -> None:
 async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
     """The long-lived daemon (``DaemonRunner``) over the file source."""
     path = overrides_path(settings, host)
-    # A pod (re)start resets runtime state: injected failures do not survive it.
-    _reset_overrides(path)
     logger.info(
         "daemon starting: profile %s, node %s, root %s",
         settings.profile,
@@ -170,6 +168,10 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
     code = EXIT_FAILED
     try:
         async with hold_node_root(host.root):
+            # A pod (re)start resets runtime state: injected failures do not
+            # survive it.  Only once the root is ours: a daemon still waiting
+            # for it must not wipe the failures injected into the one holding it.
+            _reset_overrides(path)
             code = await runner.run()
     except* OSError as group:
         # Raised only before anything was staged: the probes could not listen.
@@ -212,7 +214,12 @@ def run_cleanup_command(args: argparse.Namespace) -> int:
     root = Path(root_text).absolute()
     if not root.is_dir():
         return _usage_error("cleanup", f"--root: {root} is not a directory")
-    report = Host(root).discard_all()
+    try:
+        report = Host(root).discard_all()
+    except MokkaError as exc:
+        # Every owner was tried; what could not go stays recorded for another run.
+        print(f"mokka cleanup: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     for path in report.removed:
         print(f"removed {path}")
     print(f"{len(report.removed)} path(s) removed under {root}")

@@ -23,6 +23,7 @@ Helm re-rendered needs its numbers repaired before any type check runs
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -172,8 +173,14 @@ def as_int(
 def as_float(
     p: Problems, path: str, value: Any, *, lo: float | None = None, hi: float | None = None
 ) -> float | None:
-    """A number within ``lo..hi``, as a float; an integer is accepted (``probability: 1``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """A number within ``lo..hi``, as a float; an integer is accepted (``probability: 1``).
+
+    NaN (``.nan`` in YAML) is refused: it compares false with both bounds,
+    so the range check alone would let it through.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+        isinstance(value, float) and math.isnan(value)
+    ):
         p.add(path, f"{found(value)} is not a number")
         return None
     if (lo is not None and value < lo) or (hi is not None and value > hi):
@@ -219,8 +226,13 @@ def as_choice(p: Problems, path: str, value: Any, choices: Iterable[str]) -> str
 
 
 def as_match(p: Problems, path: str, value: Any, regex: re.Pattern[str], what: str) -> str | None:
-    """A string matching ``regex``; ``what`` names the expected shape in the message."""
-    if isinstance(value, str) and regex.match(value):
+    """A string matching ``regex`` whole; ``what`` names the expected shape in the message.
+
+    ``fullmatch``, not ``match``: a pattern's ``$`` also matches before a
+    final newline, so ``"580.105.08\n"`` (a YAML block scalar) would pass
+    and carry its newline into files that are one value per line.
+    """
+    if isinstance(value, str) and regex.fullmatch(value):
         return value
     p.add(path, f"{found(value)} is not {what}")
     return None
@@ -240,7 +252,7 @@ def as_bdf(p: Problems, path: str, value: Any) -> str | None:
 
 def canonical_bdf(text: str) -> str:
     """``00000000:1A:00.0`` or ``0000:1A:00.0`` → ``0000:1a:00.0``; raises ValueError otherwise."""
-    match = BDF_RE.match(text)
+    match = BDF_RE.fullmatch(text)
     if match is None:
         raise ValueError(f"{text!r} is not a PCI address DDDD:BB:DD.F")
     domain, bus, dev, fn = match.groups()
@@ -318,20 +330,66 @@ _Loader.add_implicit_resolver(_FLOAT, re.compile(
     list("-+0123456789."))
 
 
+#: Deepest nesting of mappings and lists a document may have.  Profiles are
+#: about six levels deep; the parsers, the merge and the content hash all
+#: recurse, so a deeper document (a pasted blob, a generator gone wrong) is
+#: refused here with a message instead of ending in a ``RecursionError``.
+MAX_DEPTH = 64
+
+
 def load_yaml(text: str, source: str) -> Any:
     """Parse YAML (safe, no base-60); syntax errors become ``SpecError`` naming line and column.
 
     Only the first problem is reported: after a syntax error the parser
     cannot know what the rest of the document was meant to be.  Lines and
     columns are one-based, as editors number them (PyYAML counts from zero).
+
+    Scalars the constructor cannot convert (``2024-13-45`` looks like a
+    date, ``!!int abc``, an integer of more than 4300 digits) raise plain
+    ``ValueError``s inside PyYAML, not ``YAMLError``s; they are input
+    errors all the same.  So is a recursive alias (``&a [*a]``) or nesting
+    deeper than ``MAX_DEPTH``: every reader of the result recurses.
     """
     try:
-        return yaml.load(text, Loader=_Loader)
+        doc = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"{source}: {where}not valid YAML ({problem})") from None
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        # No mark here: the constructor raised outside PyYAML's error type.
+        raise SpecError(f"{source}: not valid YAML (a value cannot be read: {exc})") from None
+    problem = _shape_problem(doc)
+    if problem is not None:
+        raise SpecError(f"{source}: {problem}")
+    return doc
+
+
+def _shape_problem(doc: Any) -> str | None:
+    """Why ``doc`` cannot be walked recursively (a cycle, too deep), or ``None``.
+
+    Iterative on purpose: the point is to find what would blow the stack.
+    A container met again on its own path is a recursive alias; the same
+    container reached twice along different paths (a plain ``*alias``) is fine.
+    """
+    # (value, depth, ids of the containers on the path to it)
+    stack: list[tuple[Any, int, frozenset[int]]] = [(doc, 0, frozenset())]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, Mapping):
+            children = list(value.values())
+        elif isinstance(value, list):
+            children = list(value)
+        else:
+            continue
+        if id(value) in path:
+            return "a recursive alias (an anchor used inside itself), expected plain data"
+        if depth >= MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH} levels, expected plain data"
+        inner = path | {id(value)}
+        stack.extend((child, depth + 1, inner) for child in children)
+    return None
 
 
 def read_optional(path: Path, what: str) -> str | None:

@@ -90,9 +90,10 @@ def content_hash(
     """
     payload = {
         "profile_name": profile.name,
-        "profile": profile.document,
+        "profile": _canonical(profile.document),
         "topology": None if topology is None else topology.text,
-        "overrides": None if overrides is None or overrides.empty else overrides.to_mapping(),
+        "overrides": None if overrides is None or overrides.empty
+        else _canonical(overrides.to_mapping()),
         "node_name": node.node_name,
         "feature_gates": {k: bool(v) for k, v in sorted(node.feature_gates.items())},
     }
@@ -100,6 +101,30 @@ def content_hash(
     # non-JSON values YAML produces (an unquoted ``2024-01-31`` is a date).
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with every mapping key a string, so ``json.dumps(sort_keys=True)`` can order it.
+
+    Device fields the profile passes through and the open subtrees of an
+    overrides file may have keys of any YAML type: ``{0: 50, speed: 1}``
+    mixes an int and a string (which ``sorted`` cannot compare), and a date
+    key is no JSON key at all.  String keys stay as they are (the hash of
+    an ordinary document does not change); any other key is spelled with
+    its type, so ``1`` and ``"1"`` stay distinct.  A set becomes a sorted
+    list (its iteration order is arbitrary).
+    """
+    if isinstance(value, Mapping):
+        return {
+            k if isinstance(k, str) else f"\0{type(k).__name__}:{k!r}": _canonical(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, set | frozenset):
+        items = (json.dumps(_canonical(v), sort_keys=True, default=str) for v in value)
+        return {"\0set": sorted(items)}
+    return value
 
 
 def compile_state(

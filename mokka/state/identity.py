@@ -56,7 +56,8 @@ def gpu_serial(node_name: str, slot: int, template: str | None = None) -> str:
     number = int.from_bytes(_digest("gpu-serial", node_name, slot)[:16], "big")
     prefix = ""
     if template:
-        digits = re.sub(r"\D", "", template)
+        # ASCII digits: ``\D`` would keep other scripts' digits (``٣``) in a serial
+        digits = re.sub(r"[^0-9]", "", template)
         prefix = digits[:SERIAL_PREFIX_DIGITS]
     rest = SERIAL_DIGITS - len(prefix)
     return prefix + f"{number % 10**rest:0{rest}d}"

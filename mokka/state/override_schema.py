@@ -77,7 +77,10 @@ def _link_counts(p: Problems, path: str, v: Any) -> object:
     """``nvlink_errors``: ``{"<link>": <error count>}``, link 0..17 (NVML's link limit)."""
     links = checks.as_mapping(p, path, v)
     for key, count in (links or {}).items():
-        if not str(key).isdigit() or not 0 <= int(str(key)) < NVLINK_MAX_LINKS:
+        # ASCII digits only: ``"²".isdigit()`` holds, but ``int("²")`` raises
+        text = str(key)
+        if not (text.isascii() and text.isdigit() and len(text) <= 32
+                and int(text) < NVLINK_MAX_LINKS):
             p.add(sub(path, str(key)), f"{key!r} is not a link number 0..{NVLINK_MAX_LINKS - 1}")
             continue
         checks.as_int(p, sub(path, str(key)), count, lo=0)

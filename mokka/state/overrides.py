@@ -43,6 +43,9 @@ from mokka.state.override_schema import check_patch
 logger = logging.getLogger(__name__)
 
 TOP_LEVEL_KEYS = ("version", "all", "devices")
+#: Digits a device index key may have: far more than any GPU count, far
+#: fewer than ``int``'s limit on converting text.
+_MAX_INDEX_DIGITS = 32
 #: Readable by every user (``mokka ctl status``, a person inspecting the node),
 #: writable only by its owner: changes go through ``update_overrides``.
 FILE_MODE = 0o644
@@ -165,9 +168,12 @@ def device_key(key: Any) -> str | None:
     if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
         return str(key)
     if isinstance(key, str):
-        if key.isdigit():
+        # ASCII digits only: ``str.isdigit`` also says yes to ``"²"``, which
+        # ``int`` refuses; and a key of thousands of digits is no index
+        # either (``int`` refuses those too, beyond its 4300-digit limit).
+        if key.isascii() and key.isdigit() and len(key) <= _MAX_INDEX_DIGITS:
             return str(int(key))
-        if checks.GPU_UUID_RE.match(key):
+        if checks.GPU_UUID_RE.fullmatch(key):
             return "GPU-" + key[4:].lower()
     return None
 

@@ -75,9 +75,13 @@ SYSTEM_KEYS = (
     "driver_version", "nvml_version", "cuda_version", "cuda_version_major",
     "cuda_version_minor", "num_devices",
 )
-DRIVER_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+#: ``re.ASCII``: ``\d`` would otherwise take any script's digits (``٥٨٠``),
+#: which GFD and every other parser of the version refuse.
+DRIVER_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
 #: ``major.minor``, as ``nvidia-smi`` prints "CUDA Version: 13.0".
-CUDA_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$")
+CUDA_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$", re.ASCII)
+#: Highest minor number of a GPU's ``/dev/nvidia<minor>``: 255 is ``nvidiactl``'s.
+MAX_GPU_MINOR = 254
 
 #: Integer device fields the daemon or the engine config relies on, checked
 #: when present (``>= 0``).  Everything else under these blocks passes through.
@@ -253,9 +257,10 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
     cuda = sys_map.get("cuda_version")
     if cuda is not None:
         # ``cuda_version: 13`` (an int) means 13.0; a float like 13.0 is
-        # matched through its text; a bool is never a version.
-        match = CUDA_VERSION_RE.match(str(cuda)) if not isinstance(cuda, bool) else None
-        if isinstance(cuda, int) and not isinstance(cuda, bool):
+        # matched through its text; a bool is never a version, and neither
+        # is a negative number (the regex refuses ``"-13.0"`` already).
+        match = CUDA_VERSION_RE.fullmatch(str(cuda)) if not isinstance(cuda, bool) else None
+        if isinstance(cuda, int) and not isinstance(cuda, bool) and cuda >= 0:
             major, minor = cuda, 0
         elif match:
             major, minor = int(match.group(1)), int(match.group(2))
@@ -346,7 +351,8 @@ def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
                             ("pci.bus_id", spec.bus_id)):
             if value not in seen[what]:
                 seen[what][value] = pos
-            elif not (what == "minor_number" and index_repeats and "minor_number" not in merged):
+            elif not (what == "minor_number" and index_repeats
+                      and merged.get("minor_number") is None):
                 # (a minor derived from a repeated index is that same mistake, reported once)
                 p.add(sub(path, what), f"{value!r} repeats devices[{seen[what][value]}], "
                       "expected a unique value per device")
@@ -393,14 +399,32 @@ def _device(
     fabric = merged.get("fabric")
     if isinstance(fabric, Mapping) and fabric.get("state") is None:
         p.add(sub(path, "fabric.state"), f"missing, expected one of: {', '.join(FABRIC_STATES)}")
+    # ``minor_number: null`` is no minor number: the index stands in for it,
+    # and must then be a valid minor itself (255 is nvidiactl's).
+    minor = merged.get("minor_number")
+    if minor is None and index is not None and index > MAX_GPU_MINOR:
+        p.add(sub(path, "index"), f"{index} is also the minor number (no minor_number given), "
+              f"expected 0..{MAX_GPU_MINOR} or a minor_number")
     if len(p.items) > before or index is None or bus_id is None:
+        return None
+    # Both values may come from ``device_defaults``, whose problems are
+    # reported under that name, before ``before`` was taken: a device that
+    # inherits a bad one is left out here rather than crashing on it.
+    if minor is not None and (isinstance(minor, bool) or not isinstance(minor, int)
+                              or not 0 <= minor <= MAX_GPU_MINOR):
+        return None
+    try:
+        bdf = checks.canonical_bdf(bus_id) if isinstance(bus_id, str) else None
+    except ValueError:
+        bdf = None
+    if bdf is None:
         return None
     # YAML reads an unquoted serial like 1654922000000 as an int; keep its digits.
     serial = merged.get("serial")
     return DeviceSpec(
         index=index, position=pos, uuid=merged.get("uuid"),
         serial=None if serial is None else str(serial),
-        minor_number=merged.get("minor_number", index), bus_id=checks.canonical_bdf(bus_id),
+        minor_number=index if minor is None else minor, bus_id=bdf,
         grace_cpu_pair=merged.get("grace_cpu_pair"), config=merged,
     )
 
@@ -420,8 +444,7 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
     if serial is not None and (isinstance(serial, bool) or not isinstance(serial, int)):
         checks.as_str(p, sub(path, "serial"), serial)
     if cfg.get("minor_number") is not None:
-        # 255 is nvidiactl's minor; 0..254 are GPUs
-        checks.as_int(p, sub(path, "minor_number"), cfg["minor_number"], lo=0, hi=254)
+        checks.as_int(p, sub(path, "minor_number"), cfg["minor_number"], lo=0, hi=MAX_GPU_MINOR)
     if cfg.get("grace_cpu_pair") is not None:
         checks.as_int(p, sub(path, "grace_cpu_pair"), cfg["grace_cpu_pair"], lo=0)
     for key in ("name", "brand", "architecture"):

@@ -317,7 +317,8 @@ class FileSource:
         Runs while ``run`` awaits it, never beside ``_relevant``, so the
         watch table needs no lock.  Errors are returned as values for
         ``_reload`` to publish; an ``OSError`` a loader did not turn into a
-        ``SpecError`` becomes one naming the file.
+        ``SpecError`` becomes one naming the file, and so does any other
+        exception (a bug met by some input: see below).
         """
         self._rewatch()
         try:
@@ -331,6 +332,19 @@ class FileSource:
             return exc
         except OSError as exc:
             return SpecError(f"{exc.filename or 'input'}: cannot read: {exc.strerror or exc}")
+        except Exception as exc:
+            # A parser or compiler bug met by some input.  Raised, it would end
+            # the source task and with it the daemon, whose teardown removes
+            # every GPU from the node because of one edit.  Reported like any
+            # bad input instead: the last good state stays in force, and the
+            # traceback is logged (once per distinct error, as ``_reload`` dedupes).
+            inputs = ", ".join(
+                str(p) for p in (self.profile, self.topology, self.overrides) if p is not None
+            )
+            error = SpecError(f"{inputs}: cannot be compiled ({type(exc).__name__}: {exc})")
+            if error.problems != self._last_problems:
+                logger.exception("compiling the desired state failed unexpectedly")
+            return error
 
     def _rewatch(self) -> None:
         """Watch exactly the directories the inputs resolve through now.
