@@ -105,3 +105,21 @@ async def test_a_waiting_daemon_leaves_the_runtime_state_of_the_first_alone(
             os.close(first)
     del before[str(overrides.relative_to(node_root))]
     assert snapshot(node_root) == before
+
+
+def test_cleanup_refuses_a_root_a_daemon_holds(node_root: Path, capsys) -> None:
+    from mokka import cli
+    from mokka.host import File, Host
+
+    Host(node_root).converge("sim", [File("/var/lib/nvml-mock/x", "staged\n")])
+    staged = snapshot(node_root)
+    daemon = os.open(node_root, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(daemon, fcntl.LOCK_EX)
+    try:
+        assert cli.main(["cleanup", "--root", str(node_root)]) == 1
+        assert "a Mokka daemon is running on" in capsys.readouterr().err
+        assert snapshot(node_root) == staged
+    finally:
+        os.close(daemon)
+    assert cli.main(["cleanup", "--root", str(node_root)]) == 0
+    assert snapshot(node_root) == {}

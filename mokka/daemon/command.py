@@ -29,7 +29,7 @@ import trio
 import trio_util
 
 from mokka import layout
-from mokka.daemon.nodelock import hold_node_root
+from mokka.daemon.nodelock import hold_node_root, try_hold_node_root
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, DaemonRunner
 from mokka.errors import MokkaError, SpecError
@@ -214,12 +214,20 @@ def run_cleanup_command(args: argparse.Namespace) -> int:
     root = Path(root_text).absolute()
     if not root.is_dir():
         return _usage_error("cleanup", f"--root: {root} is not a directory")
-    try:
-        report = Host(root).discard_all()
-    except MokkaError as exc:
-        # Every owner was tried; what could not go stays recorded for another run.
-        print(f"mokka cleanup: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    with try_hold_node_root(root) as held:
+        if not held:
+            print(
+                f"mokka cleanup: error: a Mokka daemon is running on {root}; stop it "
+                "(its teardown removes what it staged) instead of cleaning up under it",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        try:
+            report = Host(root).discard_all()
+        except MokkaError as exc:
+            # Every owner was tried; what could not go stays recorded for another run.
+            print(f"mokka cleanup: error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     for path in report.removed:
         print(f"removed {path}")
     print(f"{len(report.removed)} path(s) removed under {root}")

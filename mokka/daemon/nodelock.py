@@ -22,12 +22,31 @@ import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import trio
 
 logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def try_hold_node_root(root: Path) -> Iterator[bool]:
+    """Hold the node root for the body if it is free; yields whether it is held.
+
+    For ``mokka cleanup``: discarding under a live daemon would pull the
+    node out from under it, so cleanup refuses instead of waiting.
+    """
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 @contextlib.asynccontextmanager
