@@ -11,6 +11,7 @@ helper out of the dynamic symbol table, so only the interposed entry points
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from native.toolchain import compile_into
@@ -38,11 +39,13 @@ CFLAGS = (
 )
 
 
-def build(out_dir: Path, cc: str) -> list[Path]:
-    """Compile the shim into ``out_dir/libibshim.so`` and return its path."""
+def build(out_dir: Path, cc: str, extra_cflags: Sequence[str] = ()) -> list[Path]:
+    """Compile the shim into ``out_dir/libibshim.so`` and return its path;
+    ``extra_cflags`` serve experiments in tests (sanitizers)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / LIBRARY
     sources = [str(HERE / s) for s in SOURCES]
-    compile_into(output, cc, [*CFLAGS, *sources, "-ldl", "-pthread"], label="native/ibshim")
+    args = [*CFLAGS, *extra_cflags, *sources, "-ldl", "-pthread"]
+    compile_into(output, cc, args, label="native/ibshim")
     return [output]

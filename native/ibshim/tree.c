@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ibshim.h"
@@ -75,11 +76,20 @@ static int class_path(char *out, size_t size, const char *class, const char *nam
     return 0;
 }
 
+/* Reads a sysfs attribute.  Only a regular file counts: a FIFO (or a
+ * device) where an attribute should be would block the query, or feed it
+ * without end, so it is opened without blocking and refused. */
 static int read_file(const char *path, char *buf, size_t size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
     ssize_t n;
     do {
         n = read(fd, buf, size - 1);
@@ -149,15 +159,22 @@ int ibshim_parse_gid(const char *text, union ibv_gid *gid)
     return 0;
 }
 
-/* The number after `prefix` in a directory entry name ("uverbs12" -> 12), or -1. */
+/* The number after `prefix` in a directory entry name ("uverbs12" -> 12),
+ * or -1.  Only the kernel's spelling counts: decimal digits without sign,
+ * blank or leading zero, at most INT_MAX (device indexes are ints).
+ * strtol alone would take "uverbs+0" and "uverbs 1" for entries 0 and 1,
+ * and list their HCAs twice. */
 static long entry_number(const char *name, const char *prefix)
 {
     size_t len = strlen(prefix);
-    if (strncmp(name, prefix, len) != 0 || name[len] == '\0')
+    const char *digits = name + len;
+    if (strncmp(name, prefix, len) != 0 || !isdigit((unsigned char)digits[0]) ||
+        (digits[0] == '0' && digits[1] != '\0'))
         return -1;
     char *end;
-    long n = strtol(name + len, &end, 10);
-    return *end == '\0' && n >= 0 ? n : -1;
+    errno = 0;
+    long n = strtol(digits, &end, 10);
+    return *end == '\0' && errno == 0 && n <= INT_MAX ? n : -1;
 }
 
 int ibshim_count_entries(const char *ibdev, const char *dir)

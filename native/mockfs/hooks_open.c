@@ -49,7 +49,7 @@ MOCKFS_EXPORT int openat(int dirfd, const char *path, int flags, ...)
     va_start(ap, flags);
     mode_t mode = take_mode(flags, ap);
     va_end(ap);
-    MOCKFS_ROUTE(-1, openat, path, use);
+    MOCKFS_ROUTE_AT(-1, openat, dirfd, path, use);
     return mockfs_r_->openat(dirfd, use, flags, mode);
 }
 
@@ -59,7 +59,7 @@ MOCKFS_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
     va_start(ap, flags);
     mode_t mode = take_mode(flags, ap);
     va_end(ap);
-    MOCKFS_ROUTE(-1, openat64, path, use);
+    MOCKFS_ROUTE_AT(-1, openat64, dirfd, path, use);
     return mockfs_r_->openat64(dirfd, use, flags, mode);
 }
 
@@ -77,13 +77,13 @@ MOCKFS_EXPORT int __open64_2(const char *path, int flags)
 
 MOCKFS_EXPORT int __openat_2(int dirfd, const char *path, int flags)
 {
-    MOCKFS_ROUTE(-1, openat_2, path, use);
+    MOCKFS_ROUTE_AT(-1, openat_2, dirfd, path, use);
     return mockfs_r_->openat_2(dirfd, use, flags);
 }
 
 MOCKFS_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 {
-    MOCKFS_ROUTE(-1, openat64_2, path, use);
+    MOCKFS_ROUTE_AT(-1, openat64_2, dirfd, path, use);
     return mockfs_r_->openat64_2(dirfd, use, flags);
 }
 

@@ -26,7 +26,7 @@ MOCKFS_EXPORT int access(const char *path, int mode)
 
 MOCKFS_EXPORT int faccessat(int dirfd, const char *path, int mode, int flags)
 {
-    MOCKFS_ROUTE(-1, faccessat, path, use);
+    MOCKFS_ROUTE_AT(-1, faccessat, dirfd, path, use);
     return mockfs_r_->faccessat(dirfd, use, mode, flags);
 }
 
@@ -38,7 +38,7 @@ MOCKFS_EXPORT ssize_t readlink(const char *path, char *buf, size_t len)
 
 MOCKFS_EXPORT ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t len)
 {
-    MOCKFS_ROUTE(-1, readlinkat, path, use);
+    MOCKFS_ROUTE_AT(-1, readlinkat, dirfd, path, use);
     return mockfs_r_->readlinkat(dirfd, use, buf, len);
 }
 
@@ -51,7 +51,7 @@ MOCKFS_EXPORT ssize_t __readlink_chk(const char *path, char *buf, size_t len, si
 MOCKFS_EXPORT ssize_t __readlinkat_chk(int dirfd, const char *path, char *buf, size_t len,
                                        size_t buflen)
 {
-    MOCKFS_ROUTE(-1, readlinkat_chk, path, use);
+    MOCKFS_ROUTE_AT(-1, readlinkat_chk, dirfd, path, use);
     return mockfs_r_->readlinkat_chk(dirfd, use, buf, len, buflen);
 }
 
@@ -107,7 +107,7 @@ MOCKFS_EXPORT char *__realpath_chk(const char *path, char *resolved, size_t reso
          * is ours to pass. */
         char routed[PATH_MAX];
         const char *use = "/";
-        if (mockfs_route_path(path, routed, &use) != 0)
+        if (mockfs_route_path(AT_FDCWD, path, routed, &use) != 0)
             use = "/";
         return r->realpath_chk(use, resolved, resolvedlen);
     }

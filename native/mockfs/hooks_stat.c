@@ -2,8 +2,8 @@
  * The stat family: the glibc >= 2.33 symbols (stat, lstat, fstatat and their
  * 64-bit twins), statx, and the legacy __xstat entry points that binaries
  * linked against older glibc still call.  fstatat/statx with a relative
- * path (including AT_EMPTY_PATH's "") pass through: their dirfd already
- * names the right tree.
+ * path (including AT_EMPTY_PATH's "") pass through, as their dirfd already
+ * names the right tree, unless a '..' could climb out of it (rewrite.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,7 +25,7 @@ MOCKFS_EXPORT int lstat(const char *path, struct stat *buf)
 
 MOCKFS_EXPORT int fstatat(int dirfd, const char *path, struct stat *buf, int flags)
 {
-    MOCKFS_ROUTE(-1, fstatat, path, use);
+    MOCKFS_ROUTE_AT(-1, fstatat, dirfd, path, use);
     return mockfs_r_->fstatat(dirfd, use, buf, flags);
 }
 
@@ -43,14 +43,14 @@ MOCKFS_EXPORT int lstat64(const char *path, struct stat64 *buf)
 
 MOCKFS_EXPORT int fstatat64(int dirfd, const char *path, struct stat64 *buf, int flags)
 {
-    MOCKFS_ROUTE(-1, fstatat64, path, use);
+    MOCKFS_ROUTE_AT(-1, fstatat64, dirfd, path, use);
     return mockfs_r_->fstatat64(dirfd, use, buf, flags);
 }
 
 MOCKFS_EXPORT int statx(int dirfd, const char *path, int flags, unsigned int mask,
                         struct statx *buf)
 {
-    MOCKFS_ROUTE(-1, statx, path, use);
+    MOCKFS_ROUTE_AT(-1, statx, dirfd, path, use);
     return mockfs_r_->statx(dirfd, use, flags, mask, buf);
 }
 
@@ -68,7 +68,7 @@ MOCKFS_EXPORT int __lxstat(int ver, const char *path, struct stat *buf)
 
 MOCKFS_EXPORT int __fxstatat(int ver, int dirfd, const char *path, struct stat *buf, int flags)
 {
-    MOCKFS_ROUTE(-1, fxstatat, path, use);
+    MOCKFS_ROUTE_AT(-1, fxstatat, dirfd, path, use);
     return mockfs_r_->fxstatat(ver, dirfd, use, buf, flags);
 }
 
@@ -87,6 +87,6 @@ MOCKFS_EXPORT int __lxstat64(int ver, const char *path, struct stat64 *buf)
 MOCKFS_EXPORT int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *buf,
                                int flags)
 {
-    MOCKFS_ROUTE(-1, fxstatat64, path, use);
+    MOCKFS_ROUTE_AT(-1, fxstatat64, dirfd, path, use);
     return mockfs_r_->fxstatat64(ver, dirfd, use, buf, flags);
 }

@@ -2,12 +2,14 @@
  * libmockfs.so: an LD_PRELOAD shim that shows a process a mock tree in place
  * of a few host paths (PCI and InfiniBand sysfs, /dev/infiniband).
  *
- * The shim has three parts, one file each:
+ * The shim's parts, one file each:
  *   config.c   reads the environment once (pthread_once) into static buffers
  *              and resolves the real libc functions with dlsym(RTLD_NEXT);
  *   rewrite.c  decides whether a path is redirected and builds the new path
- *              (pure string work on stack buffers: no allocation, so a hook
- *              can run before the allocator is ready);
+ *              (string work on stack buffers: no allocation, so a hook can
+ *              run before the allocator is ready);
+ *   confine.c  resolves a '..' of a redirected path inside the mock root,
+ *              so no spelling climbs out of it;
  *   hooks_*.c  the interposed libc entry points, each a thin wrapper that
  *              rewrites its path argument and calls the real function.
  *
@@ -19,6 +21,7 @@
 #define MOCKFS_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -118,17 +121,32 @@ enum mockfs_route {
 /*
  * Decide where `path` goes.  `out` must hold PATH_MAX bytes.  On
  * MOCKFS_REDIRECT, `*view` (when not NULL) names the view that matched, so
- * realpath() can map its result back.  Relative paths always pass: the
- * kernel resolves them against the working directory, which chdir() already
- * redirected.
+ * realpath() can map its result back.  A relative path passes unless it has
+ * a '..': then it is taken from the working directory (see rewrite.c).
  */
 enum mockfs_route mockfs_rewrite(const struct mockfs_config *cfg, const char *path,
                                  char out[PATH_MAX], const struct mockfs_view **view);
 
-/* Same, for a (dirfd, path) pair: only absolute paths are candidates. */
+/* Same, for a (dirfd, path) pair: a relative path with a '..' starts at
+ * dirfd (AT_FDCWD: the working directory). */
 enum mockfs_route mockfs_rewrite_at(const struct mockfs_config *cfg, int dirfd,
                                     const char *path, char out[PATH_MAX],
                                     const struct mockfs_view **view);
+
+/* confine.c.  1 when a component of `path` is "..". */
+int mockfs_has_dotdot(const char *path);
+
+/* Writes `root` (root_len bytes, a directory standing for `view`) + `tail`
+ * into out, with everything up to the last ".." of tail resolved below the
+ * root: links followed, ".." never above the root.  0, or -1 with errno
+ * (ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG; EXDEV for an absolute link to
+ * something the view does not stand for). */
+int mockfs_resolve_in_root(const struct mockfs_view *view, const char *root, size_t root_len,
+                           const char *tail, char out[PATH_MAX]);
+
+/* The absolute physical path of dirfd (AT_FDCWD: the working directory);
+ * -1 when it cannot be told (no /proc, an unreachable directory). */
+int mockfs_base_dir(int dirfd, char out[PATH_MAX]);
 
 /*
  * Map a resolved path inside `view`'s root back to the path the process
@@ -152,9 +170,10 @@ void mockfs_warn(const char *a, const char *b, const char *c);
  * unit, where glibc's nonnull attributes cannot fold the check away), so the
  * real call reports EFAULT as usual.
  */
-static inline int mockfs_route_path(const char *path, char buf[PATH_MAX], const char **use)
+static inline int mockfs_route_path(int dirfd, const char *path, char buf[PATH_MAX],
+                                    const char **use)
 {
-    switch (mockfs_rewrite(mockfs_config(), path, buf, NULL)) {
+    switch (mockfs_rewrite_at(mockfs_config(), dirfd, path, buf, NULL)) {
     case MOCKFS_REDIRECT:
         *use = buf;
         return 0;
@@ -167,17 +186,19 @@ static inline int mockfs_route_path(const char *path, char buf[PATH_MAX], const 
 }
 
 /* Start of every hook: the path to use (or fail closed), and the real
- * function (ENOSYS when this libc lacks it, e.g. statx before glibc 2.28). */
-#define MOCKFS_ROUTE(fail, real_fn, path, use)                                       \
+ * function (ENOSYS when this libc lacks it, e.g. statx before glibc 2.28).
+ * The _AT form is for calls that take a dirfd. */
+#define MOCKFS_ROUTE_AT(fail, real_fn, dirfd, path, use)                             \
     const struct mockfs_real *mockfs_r_ = mockfs_real();                               \
     char mockfs_buf_[PATH_MAX];                                                        \
     const char *use;                                                                   \
-    if (mockfs_route_path((path), mockfs_buf_, &use) != 0)                             \
+    if (mockfs_route_path((dirfd), (path), mockfs_buf_, &use) != 0)                    \
         return fail;                                                                   \
     if (mockfs_r_->real_fn == NULL) {                                                  \
         errno = ENOSYS;                                                                \
         return fail;                                                                   \
     }
+#define MOCKFS_ROUTE(fail, real_fn, path, use) MOCKFS_ROUTE_AT(fail, real_fn, AT_FDCWD, path, use)
 
 /* glibc entry points its headers declare only under _FORTIFY_SOURCE, or no
  * longer at all (the pre-2.33 stat ABI), but which binaries still call. */

@@ -5,22 +5,29 @@
  * "/sys/bus/pci" and "/sys/bus/pci/devices/x" but not "/sys/bus/pcie";
  * repeated slashes and "." components are ignored, and a pattern component
  * may use '*' and '?' ("/sys/devices/pci*").  A redirected path keeps its
- * spelling after the prefix: a later ".." is resolved by the kernel inside
- * the mock tree, whose links are relative and mirror real sysfs, so
- * "/sys/bus/pci/devices/<bdf>/.." lands on the parent bridge exactly as on a
- * real host.  Only a ".." met *before* the prefix is complete
- * ("/sys/class/../bus/pci") makes the decision fall back to the lexically
- * normalised path, so such spellings cannot slip past the shim to the host.
+ * spelling after the prefix, so the kernel follows the mock tree's relative
+ * links as on a real host; a '..' after the prefix is resolved inside the
+ * mock root instead (confine.c), so "/sys/bus/pci/devices/<bdf>/.." is
+ * still the parent bridge but no number of '..' leads out of the root.
+ * A path that matches only once its '..' are resolved lexically
+ * ("/sys/class/../bus/pci", "/tmp/../sys/bus/pci") is decided, and
+ * redirected, in that normalised spelling, so no spelling slips past the
+ * shim to the host's tree.
+ *
+ * Relative paths without '..' pass: they stay below the directory they
+ * start in (the working directory, which chdir() redirected, or a dirfd
+ * opened through a redirected path).  With a '..' they are taken from that
+ * directory: inside a mock root they stay inside it, outside they are
+ * routed as the absolute path they name.
  *
  * Everything works on caller-provided PATH_MAX buffers; nothing allocates.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 
 #include "mockfs.h"
-
-enum match { NO_MATCH, MATCH, NEEDS_NORMALISE };
 
 int mockfs_glob_component(const char *pattern, size_t plen, const char *text, size_t tlen)
 {
@@ -65,20 +72,20 @@ static size_t next_component(const char **s)
     }
 }
 
-static enum match match_rule(const char *pattern, const char *path)
+/* 1 when the pattern's components lead `path`, none of them a ".." (which
+ * only the normalised spelling can decide). */
+static int match_rule(const char *pattern, const char *path)
 {
     const char *p = pattern, *s = path;
     for (;;) {
         size_t plen = next_component(&p);
         if (plen == 0)
-            return MATCH;
+            return 1;
         size_t slen = next_component(&s);
-        if (slen == 0)
-            return NO_MATCH;
-        if (slen == 2 && s[0] == '.' && s[1] == '.')
-            return NEEDS_NORMALISE;
+        if (slen == 0 || (slen == 2 && s[0] == '.' && s[1] == '.'))
+            return 0;
         if (!mockfs_glob_component(p, plen, s, slen))
-            return NO_MATCH;
+            return 0;
         p += plen;
         s += slen;
     }
@@ -124,37 +131,54 @@ static const char *skip_components(const char *path, unsigned n)
     return s;
 }
 
-static const struct mockfs_rule *find_rule(const struct mockfs_config *cfg, const char *path,
-                                           int *needs_normalise)
+static const struct mockfs_rule *find_rule(const struct mockfs_config *cfg, const char *path)
 {
-    *needs_normalise = 0;
-    for (unsigned i = 0; i < cfg->n_rules; i++) {
-        enum match m = match_rule(cfg->rules[i].pattern, path);
-        if (m == MATCH)
+    for (unsigned i = 0; i < cfg->n_rules; i++)
+        if (match_rule(cfg->rules[i].pattern, path))
             return &cfg->rules[i];
-        if (m == NEEDS_NORMALISE)
-            *needs_normalise = 1;
-    }
     return NULL;
 }
 
-enum mockfs_route mockfs_rewrite(const struct mockfs_config *cfg, const char *path,
-                                 char out[PATH_MAX], const struct mockfs_view **view)
+static int under(const char *resolved, const char *root, size_t len)
 {
-    if (path == NULL || path[0] != '/' || cfg->n_rules == 0)
-        return MOCKFS_PASS;
+    return strncmp(resolved, root, len) == 0 && (resolved[len] == '/' || resolved[len] == '\0');
+}
 
-    int needs_normalise;
+/* Writes root + tail into out, resolving a '..' in tail inside the root. */
+static enum mockfs_route place(const struct mockfs_view *v, const char *root, size_t root_len,
+                               const char *tail, char out[PATH_MAX])
+{
+    if (mockfs_has_dotdot(tail))
+        return mockfs_resolve_in_root(v, root, root_len, tail, out) == 0 ? MOCKFS_REDIRECT
+                                                                         : MOCKFS_FAIL;
+    size_t tail_len = strlen(tail);
+    if (root_len + tail_len + 1 > PATH_MAX) {
+        /* Fail closed: never hand the host path to the real call. */
+        errno = ENAMETOOLONG;
+        return MOCKFS_FAIL;
+    }
+    memcpy(out, root, root_len);
+    memcpy(out + root_len, tail, tail_len + 1);
+    if (root_len + tail_len == 0) {
+        out[0] = '/';
+        out[1] = '\0';
+    }
+    return MOCKFS_REDIRECT;
+}
+
+static enum mockfs_route route_absolute(const struct mockfs_config *cfg, const char *path,
+                                        char out[PATH_MAX], const struct mockfs_view **view)
+{
     const char *source = path;
-    const struct mockfs_rule *rule = find_rule(cfg, path, &needs_normalise);
+    const struct mockfs_rule *rule = find_rule(cfg, path);
     char normalised[PATH_MAX];
-    if (rule == NULL && needs_normalise) {
+    if (rule == NULL && mockfs_has_dotdot(path)) {
         if (normalise(path, normalised) != 0) {
             errno = ENAMETOOLONG;
             return MOCKFS_FAIL;
         }
         source = normalised;
-        rule = find_rule(cfg, normalised, &needs_normalise);
+        rule = find_rule(cfg, normalised);
     }
     if (rule == NULL)
         return MOCKFS_PASS;
@@ -164,39 +188,82 @@ enum mockfs_route mockfs_rewrite(const struct mockfs_config *cfg, const char *pa
         errno = v->unusable_errno;
         return MOCKFS_FAIL;
     }
-    const char *tail = skip_components(source, v->strip_components);
-    size_t tail_len = strlen(tail);
-    if (v->root_len + tail_len + 1 > PATH_MAX) {
-        /* Fail closed: never hand the host path to the real call. */
-        errno = ENAMETOOLONG;
+    enum mockfs_route route =
+        place(v, v->root, v->root_len, skip_components(source, v->strip_components), out);
+    if (route == MOCKFS_REDIRECT && view != NULL)
+        *view = v;
+    return route;
+}
+
+/* A relative path with a '..': inside a mock root it stays there; outside
+ * it goes where the absolute path it names goes. */
+static enum mockfs_route route_relative(const struct mockfs_config *cfg, int dirfd,
+                                        const char *path, char out[PATH_MAX],
+                                        const struct mockfs_view **view)
+{
+    char base[PATH_MAX];
+    if (mockfs_base_dir(dirfd, base) != 0)
+        return MOCKFS_PASS; /* no telling where it starts: as the kernel sees it */
+    const struct mockfs_view *views[] = {&cfg->mokka, &cfg->pci};
+    for (size_t i = 0; i < sizeof views / sizeof *views; i++) {
+        const struct mockfs_view *v = views[i];
+        if (v->unusable_errno != 0 || v->root_len == 0)
+            continue;
+        /* getcwd and /proc name the physical directory: the canonical root. */
+        const char *root = under(base, v->canon, v->canon_len) ? v->canon
+                           : under(base, v->root, v->root_len) ? v->root
+                                                               : NULL;
+        if (root == NULL)
+            continue;
+        size_t root_len = root == v->canon ? v->canon_len : v->root_len;
+        char tail[PATH_MAX];
+        size_t below = strlen(base + root_len), plen = strlen(path);
+        if (below + 1 + plen + 1 > sizeof tail) {
+            errno = ENAMETOOLONG;
+            return MOCKFS_FAIL;
+        }
+        memcpy(tail, base + root_len, below);
+        tail[below] = '/';
+        memcpy(tail + below + 1, path, plen + 1);
+        enum mockfs_route route = place(v, root, root_len, tail, out);
+        if (route == MOCKFS_REDIRECT && view != NULL)
+            *view = v;
+        return route;
+    }
+    char absolute[PATH_MAX];
+    size_t blen = strlen(base), plen = strlen(path);
+    if (blen + 1 + plen + 1 > sizeof absolute) {
+        errno = ENAMETOOLONG; /* cannot tell whether it names a mocked path */
         return MOCKFS_FAIL;
     }
-    memcpy(out, v->root, v->root_len);
-    memcpy(out + v->root_len, tail, tail_len + 1);
-    if (v->root_len + tail_len == 0) {
-        out[0] = '/';
-        out[1] = '\0';
-    }
-    if (view != NULL)
-        *view = v;
-    if (cfg->debug)
-        mockfs_warn(path, " -> ", out);
-    return MOCKFS_REDIRECT;
+    memcpy(absolute, base, blen);
+    absolute[blen] = '/';
+    memcpy(absolute + blen + 1, path, plen + 1);
+    return route_absolute(cfg, absolute, out, view);
 }
 
 enum mockfs_route mockfs_rewrite_at(const struct mockfs_config *cfg, int dirfd,
                                     const char *path, char out[PATH_MAX],
                                     const struct mockfs_view **view)
 {
-    /* A relative path is resolved against dirfd, which refers into the mock
-     * tree already when it was opened through a redirected path. */
-    (void)dirfd;
-    return mockfs_rewrite(cfg, path, out, view);
+    if (path == NULL || cfg->n_rules == 0)
+        return MOCKFS_PASS;
+    enum mockfs_route route;
+    if (path[0] == '/')
+        route = route_absolute(cfg, path, out, view);
+    else if (mockfs_has_dotdot(path))
+        route = route_relative(cfg, dirfd, path, out, view);
+    else
+        return MOCKFS_PASS; /* stays below where it starts */
+    if (route == MOCKFS_REDIRECT && cfg->debug)
+        mockfs_warn(path, " -> ", out);
+    return route;
 }
 
-static int under(const char *resolved, const char *root, size_t len)
+enum mockfs_route mockfs_rewrite(const struct mockfs_config *cfg, const char *path,
+                                 char out[PATH_MAX], const struct mockfs_view **view)
 {
-    return strncmp(resolved, root, len) == 0 && (resolved[len] == '/' || resolved[len] == '\0');
+    return mockfs_rewrite_at(cfg, AT_FDCWD, path, out, view);
 }
 
 int mockfs_unprefix(const struct mockfs_view *view, const char *resolved, char out[PATH_MAX])

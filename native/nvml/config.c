@@ -241,11 +241,66 @@ const char *mock_dev_get(const struct mock_config *cfg, unsigned pos, const char
     return mock_cfg_get(cfg, key);
 }
 
+/* Number of entries whose key starts with `prefix`.  Keys are sorted and
+ * cutting keys to a prefix's length keeps their order, so the entries
+ * sharing it are one run, found with two binary searches. */
+static size_t prefix_count(const struct mock_config *cfg, const char *prefix)
+{
+    size_t len = strlen(prefix), lo = 0, hi = cfg->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strncmp(cfg->entries[mid].key, prefix, len) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t first = lo;
+    hi = cfg->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strncmp(cfg->entries[mid].key, prefix, len) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - first;
+}
+
+int mock_cfg_list_len(const struct mock_config *cfg, const char *count_key,
+                      const char *items_prefix, unsigned *out)
+{
+    unsigned long long count;
+    if (!mock_cfg_u64(cfg, count_key, &count))
+        return 0;
+    size_t items = prefix_count(cfg, items_prefix);
+    if (items > 0 && strncmp(count_key, items_prefix, strlen(items_prefix)) == 0)
+        items--; /* the count itself is no item */
+    if (count > items)
+        count = items;
+    *out = count > 0xffffffffULL ? 0xffffffffu : (unsigned)count;
+    return 1;
+}
+
+int mock_dev_list_len(const struct mock_config *cfg, unsigned pos, const char *list,
+                      unsigned *out)
+{
+    char count_key[MOCK_MAX_KEY + 1], items_prefix[MOCK_MAX_KEY + 1];
+    int n = snprintf(count_key, sizeof count_key, "device.%u.%s.count", pos, list);
+    int m = snprintf(items_prefix, sizeof items_prefix, "device.%u.%s.", pos, list);
+    if (n < 0 || (size_t)n >= sizeof count_key || m < 0 || (size_t)m >= sizeof items_prefix)
+        return 0;
+    return mock_cfg_list_len(cfg, count_key, items_prefix, out);
+}
+
 int mock_parse_u64(const char *value, unsigned long long *out)
 {
-    if (value == NULL || *value == '\0' || *value == '-')
+    /* Digits only, or 0x and hex digits: strtoull alone would also take
+     * leading blanks and a sign, and read " -1" as 2^64 - 1. */
+    if (value == NULL || !isdigit((unsigned char)value[0]))
         return 0;
     int base = (value[0] == '0' && (value[1] == 'x' || value[1] == 'X')) ? 16 : 10;
+    if (base == 16 && !isxdigit((unsigned char)value[2]))
+        return 0;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(value, &end, base);
@@ -257,7 +312,8 @@ int mock_parse_u64(const char *value, unsigned long long *out)
 
 int mock_parse_i64(const char *value, long long *out)
 {
-    if (value == NULL || *value == '\0')
+    /* An optional minus, then digits: no blanks, no plus (as above). */
+    if (value == NULL || !isdigit((unsigned char)(value[0] == '-' ? value[1] : value[0])))
         return 0;
     char *end;
     errno = 0;

@@ -125,19 +125,19 @@ static int remember_delivered(const char *id)
 /* Takes the first pending Xid for a device this set listens to. */
 static int take_xid(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEventData_t *out)
 {
-    unsigned long long count = 0;
-    mock_cfg_u64(cfg, "xid_count", &count);
+    unsigned count = 0;
+    mock_cfg_list_len(cfg, "xid_count", "xid.", &count);
     int taken = 0;
     pthread_mutex_lock(&set->lock);
     pthread_mutex_lock(&g_xid_lock);
-    for (unsigned long long i = 0; i < count && !taken; i++) {
+    for (unsigned i = 0; i < count && !taken; i++) {
         char key[64];
         unsigned long long gpu, code;
-        snprintf(key, sizeof key, "xid.%llu.id", i);
+        snprintf(key, sizeof key, "xid.%u.id", i);
         const char *id = mock_cfg_get(cfg, key);
-        snprintf(key, sizeof key, "xid.%llu.gpu", i);
+        snprintf(key, sizeof key, "xid.%u.gpu", i);
         int has_gpu = mock_cfg_u64(cfg, key, &gpu);
-        snprintf(key, sizeof key, "xid.%llu.code", i);
+        snprintf(key, sizeof key, "xid.%u.code", i);
         if (id == NULL || strlen(id) >= XID_ID_MAX || !has_gpu || !mock_cfg_u64(cfg, key, &code))
             continue;
         if (gpu >= cfg->device_count || cfg->ordinal[gpu] < 0)

@@ -23,10 +23,13 @@ static int nvlink_speed_link(unsigned field)
     return -1;
 }
 
+/* A 32-bit answer; a value past 32 bits is no answer (NOT_SUPPORTED), as
+ * the getter of the same quantity says, rather than its low bits. */
 static void set_uint(nvmlFieldValue_t *v, int found, unsigned long long value)
 {
+    found = found && value <= 0xffffffffULL;
     v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
-    v->value.uiVal = (unsigned)value;
+    v->value.uiVal = found ? (unsigned)value : 0;
     v->nvmlReturn = found ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 

@@ -285,8 +285,8 @@ static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t
                             : "retired_pages.single_bit_retirement";
     char field[128];
     unsigned count;
-    snprintf(field, sizeof field, "%s.addresses.count", block);
-    if (!mock_dev_uint(c.cfg, c.pos, field, &count)) {
+    snprintf(field, sizeof field, "%s.addresses", block);
+    if (!mock_dev_list_len(c.cfg, c.pos, field, &count)) {
         snprintf(field, sizeof field, "%s.count", block);
         if (!mock_dev_uint(c.cfg, c.pos, field, &count)) {
             mock_end(&c);
@@ -395,7 +395,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, enum process_kind kin
     if (r != NVML_SUCCESS)
         return r;
     unsigned total = 0, found = 0;
-    mock_dev_uint(c.cfg, c.pos, "processes.count", &total);
+    mock_dev_list_len(c.cfg, c.pos, "processes", &total);
     int want_output = (v1 != NULL || v2 != NULL) && *infoCount > 0;
     for (unsigned i = 0; i < total; i++) {
         char field[64];

@@ -92,6 +92,15 @@ int mock_dev_int(const struct mock_config *cfg, unsigned pos, const char *field,
 int mock_dev_bool(const struct mock_config *cfg, unsigned pos, const char *field, int *out);
 int mock_dev_double(const struct mock_config *cfg, unsigned pos, const char *field,
                     double *out);
+/* The length of a list, spelled `<list>.count` plus `<list>.<i>...` items:
+ * 1 and *out when the count parses, cut to the entries the file has under
+ * the items' prefix.  Every item has at least one key, so a larger count is
+ * damage that must not drive a loop (or a client's allocation) to 2^32. */
+int mock_cfg_list_len(const struct mock_config *cfg, const char *count_key,
+                      const char *items_prefix, unsigned *out);
+/* The same for a device's list: `device.<pos>.<list>.count` and `.<list>.`. */
+int mock_dev_list_len(const struct mock_config *cfg, unsigned pos, const char *list,
+                      unsigned *out);
 /* 1 when the device field equals `expected` (case-insensitive). */
 int mock_dev_is(const struct mock_config *cfg, unsigned pos, const char *field,
                 const char *expected);

@@ -297,8 +297,7 @@ static nvmlReturn_t clock_list(const struct mock_config *cfg, unsigned pos, cons
 {
     char field[160];
     unsigned n;
-    snprintf(field, sizeof field, "%s.count", base);
-    if (!mock_dev_uint(cfg, pos, field, &n))
+    if (!mock_dev_list_len(cfg, pos, base, &n))
         return NVML_ERROR_NOT_SUPPORTED;
     if (out == NULL || *count < n) {
         *count = n;
@@ -323,7 +322,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, un
     if (r != NVML_SUCCESS)
         return r;
     unsigned n;
-    if (!mock_dev_uint(c.cfg, c.pos, "supported_clocks.memory_clocks.count", &n)) {
+    if (!mock_dev_list_len(c.cfg, c.pos, "supported_clocks.memory_clocks", &n)) {
         r = NVML_ERROR_NOT_SUPPORTED;
     } else if (clocksMHz == NULL || *count < n) {
         *count = n;
@@ -354,7 +353,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device,
         return r;
     unsigned n = 0;
     r = NVML_ERROR_NOT_SUPPORTED;
-    mock_dev_uint(c.cfg, c.pos, "supported_clocks.memory_clocks.count", &n);
+    mock_dev_list_len(c.cfg, c.pos, "supported_clocks.memory_clocks", &n);
     for (unsigned i = 0; i < n; i++) {
         char field[96];
         unsigned freq;

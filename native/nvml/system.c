@@ -65,7 +65,7 @@ MOCK_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
     /* Only processes the profile lists exist on simulated GPUs. */
     for (unsigned pos = 0; pos < cfg->device_count && r == NVML_ERROR_NOT_FOUND; pos++) {
         unsigned count = 0;
-        mock_dev_uint(cfg, pos, "processes.count", &count);
+        mock_dev_list_len(cfg, pos, "processes", &count);
         for (unsigned i = 0; i < count; i++) {
             char field[64];
             unsigned p;
