@@ -126,6 +126,8 @@ def _entries(rng: random.Random, tree: Path) -> str:
             return "no ports"
         ports = rng.choice(dirs)
         name = rng.choice(("0", "2", "255", "256", "300", "abc", "-1", "01", "1x"))
+        if not (ports / name).is_dir():
+            _replace(ports / name)
         source = next(iter(sorted(ports.iterdir())), None)
         if source is not None and source.is_dir() and rng.random() < 0.5:
             shutil.copytree(source, ports / name, symlinks=True, dirs_exist_ok=True)
@@ -140,6 +142,7 @@ def _entries(rng: random.Random, tree: Path) -> str:
         count = rng.choice((1, 2, 200, 1000))
         start = rng.choice((0, 1, 65535, 4294967295))
         for i in range(count):
+            _replace(table / str(start + i))
             (table / str(start + i)).write_bytes(rng.choice(JUNK))
         return f"{table.relative_to(tree)}: {count} entries from {start}"
     if which == "uverbs":
@@ -148,7 +151,10 @@ def _entries(rng: random.Random, tree: Path) -> str:
             return "no verbs class"
         name = rng.choice(("uverbs", "uverbs-1", "uverbs99999999999", "uverbs 1", "uverbs+2",
                            "uverbs2147483648", "uverbs9223372036854775807", "uverbs007"))
-        (verbs / name).mkdir(exist_ok=True)
+        if not (verbs / name).is_dir():
+            _replace(verbs / name)
+            (verbs / name).mkdir()
+        _replace(verbs / name / "ibdev")
         ibdev = rng.choice((b"mlx5_0", b"..", b".", b"", b"../../../etc", b"mlx5_0/ports",
                             b"x" * 80, b"mlx5_\xff", b"mlx5_0\nmlx5_1"))
         (verbs / name / "ibdev").write_bytes(ibdev)
