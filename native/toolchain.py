@@ -38,3 +38,48 @@ def compile_into(output: Path, cc: str, args: Sequence[str], *, label: str) -> P
         )
     os.replace(partial, output)
     return output
+
+
+#: Flags every LD_PRELOAD shim is built with: position-independent, only the
+#: hooks exported (``-fvisibility=hidden`` plus explicit default visibility
+#: in the sources), no undefined symbols left for the loader to trip over.
+SHIM_CFLAGS = (
+    "-std=gnu11",
+    "-O2",
+    "-g",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wl,-z,defs",
+)
+
+
+def build_shim(
+    out_dir: Path,
+    cc: str,
+    *,
+    library: str,
+    sources: Sequence[Path],
+    label: str,
+    flags: Sequence[str] = (),
+    extra_cflags: Sequence[str] = (),
+) -> list[Path]:
+    """Compile an LD_PRELOAD shim into ``out_dir/library``; ``flags`` are the
+    target's own, ``extra_cflags`` serve experiments in tests (sanitizers)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / library
+    args = [
+        *SHIM_CFLAGS,
+        *flags,
+        f"-Wl,-soname,{library}",
+        *extra_cflags,
+        *(str(s) for s in sources),
+        "-ldl",
+        "-pthread",
+    ]
+    compile_into(output, cc, args, label=label)
+    return [output]

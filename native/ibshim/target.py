@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from native.toolchain import compile_into
+from native.toolchain import build_shim
 
 HERE = Path(__file__).resolve().parent
 
@@ -24,28 +24,18 @@ LIBRARY = "libibshim.so"
 
 SOURCES = ("tree.c", "verbs.c")
 
-CFLAGS = (
-    "-std=gnu11",
-    "-O2",
-    "-g",
-    "-fPIC",
-    "-shared",
-    "-fvisibility=hidden",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-Wl,-z,defs",
-    "-Wl,-soname," + LIBRARY,
-)
+FLAGS: tuple[str, ...] = ()
 
 
 def build(out_dir: Path, cc: str, extra_cflags: Sequence[str] = ()) -> list[Path]:
     """Compile the shim into ``out_dir/libibshim.so`` and return its path;
     ``extra_cflags`` serve experiments in tests (sanitizers)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    output = out_dir / LIBRARY
-    sources = [str(HERE / s) for s in SOURCES]
-    args = [*CFLAGS, *extra_cflags, *sources, "-ldl", "-pthread"]
-    compile_into(output, cc, args, label="native/ibshim")
-    return [output]
+    return build_shim(
+        out_dir,
+        cc,
+        library=LIBRARY,
+        sources=[HERE / s for s in SOURCES],
+        label="native/ibshim",
+        flags=FLAGS,
+        extra_cflags=extra_cflags,
+    )
