@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -88,3 +90,17 @@ def real_nvidia_smi() -> Path:
         if binary.is_file():
             return binary
     pytest.fail(f"{debs[-1]} unpacked into {_SMI_CACHE} but holds no nvidia-smi at {_SMI_PATHS}")
+
+
+async def wait_for_count(counter, expected: int) -> None:
+    """Wait until ``counter`` (a ``trio_util.AsyncValue[int]``) reaches at
+    least ``expected``, let every task settle, then demand exactly
+    ``expected``.
+
+    Waiting for the exact value would hang a test when the code under test
+    overshoots (a record announced twice): this way an overshoot fails at
+    once, with the count in the message.
+    """
+    await counter.wait_value(lambda value: value >= expected)
+    await trio.testing.wait_all_tasks_blocked()
+    assert counter.value == expected, f"expected exactly {expected}, counted {counter.value}"

@@ -23,6 +23,7 @@ import pytest
 import trio
 import yaml
 
+import mokka
 from mokka import cli
 from mokka.daemon.command import build_simulators
 from mokka.daemon.reconciler import Reconciler
@@ -33,7 +34,7 @@ from mokka.host import Host
 from mokka.simulators.base import Daemon
 from mokka.state.compile import compile_profile
 from mokka.state.profile import read_profile_text
-from tests.support import snapshot
+from tests.support import snapshot, wait_for_count
 
 BUILT_IN = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
 
@@ -141,6 +142,9 @@ FS_EVENTS = frozenset({
     "open", "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.remove", "os.rmdir",
     "os.symlink", "os.chmod", "os.truncate", "os.mknod", "shutil.copyfile", "subprocess.Popen",
 })
+#: Mokka's own code, by the package's location (a path substring such as
+#: "/mokka/" would also match a checkout that sits under a folder so named).
+PACKAGE_DIR = str(Path(mokka.__file__).parent) + os.sep
 SPIED = ("stat", "lstat", "readlink", "access")
 #: While a test watches: the event loop's thread and what it was caught doing.
 _watch: dict[str, object] = {}
@@ -160,7 +164,7 @@ def _audit(event: str, args: tuple) -> None:
 def _record(event: str, args: tuple) -> None:
     frame, where = sys._getframe(2), []
     while frame is not None and len(where) < 4:
-        if "/mokka/" in frame.f_code.co_filename:
+        if frame.f_code.co_filename.startswith(PACKAGE_DIR):
             where.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
         frame = frame.f_back
     if where:  # Mokka's own code, not the test's or the event loop's
@@ -241,7 +245,7 @@ async def test_no_simulator_touches_the_filesystem_on_the_event_loop(
             result = await reconciler.reconcile_once(state)
             assert result.ok, result.summary()
         kernellog = next(s for s in simulators if s.name == "kernellog")
-        await kernellog.written.wait_value(1)
+        await wait_for_count(kernellog.written, 1)
         for sim in simulators:
             supervisor.readiness(sim)
         report = await teardown(host, simulators, timeout=60, supervisor=supervisor)

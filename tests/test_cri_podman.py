@@ -20,6 +20,7 @@ import contextlib
 import io
 import os
 import shlex
+import stat
 import subprocess
 import tarfile
 from pathlib import Path
@@ -186,6 +187,16 @@ async def teardown(host: Host, node: Node) -> None:
         await simulator.discard(host)
 
 
+def device_numbers(listing: str) -> dict[str, tuple[int, int]]:
+    """``ls -ln`` lines of character devices: name -> (major, minor)."""
+    numbers = {}
+    for line in listing.splitlines():
+        fields = line.split()
+        if line.startswith("c") and len(fields) >= 10:
+            numbers[fields[-1]] = (int(fields[4].rstrip(",")), int(fields[5]))
+    return numbers
+
+
 def nvidia_nodes(listing: str) -> list[str]:
     return sorted(name for name in listing.split() if name.startswith("nvidia"))
 
@@ -203,6 +214,19 @@ async def test_container_gets_exactly_the_requested_gpu(
     result = podman.container("nvidia.com/gpu=1", "ls /dev", node_root)
     assert result.returncode == 0, result.stderr
     assert nvidia_nodes(result.stdout) == sorted([f"nvidia{minor}", *controls])
+
+    # Each node inside the container is a character device with the staged
+    # node's numbers (a name alone would pass with a regular file).
+    result = podman.container("nvidia.com/gpu=1", "ls -ln /dev", node_root)
+    assert result.returncode == 0, result.stderr
+    inside = device_numbers(result.stdout)
+    assert inside[f"nvidia{minor}"] == (195, minor)
+    assert inside["nvidiactl"] == (195, 255)
+    dev_dir = node_root / "var/lib/nvml-mock/driver/dev"
+    for name in [f"nvidia{minor}", *controls]:
+        staged = os.stat(dev_dir / name)
+        assert stat.S_ISCHR(staged.st_mode), f"{name} was staged as a placeholder"
+        assert inside[name] == (os.major(staged.st_rdev), os.minor(staged.st_rdev)), name
 
     # The UUID entry names the same GPU.
     result = podman.container(f"nvidia.com/gpu={state.gpu(1).uuid}", "ls /dev", node_root)

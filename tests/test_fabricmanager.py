@@ -27,7 +27,7 @@ from mokka.simulators.fabricmanager import (
 )
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.support import ROOT, snapshot
+from tests.support import ROOT, snapshot, wait_for_count
 
 MARKER = layout.FABRIC_READY_MARKER.lstrip("/")
 STATE_DIR = layout.FABRIC_STATE_DIR.lstrip("/")
@@ -129,13 +129,13 @@ async def test_a_deleted_marker_is_reasserted_at_the_next_tick(
         await nursery.start(fm.run, host, state)
         await trio.sleep(0.5)
         (node_root / MARKER).unlink()  # t = 1.5
-        await fm.rewrites.wait_value(1)
+        await wait_for_count(fm.rewrites, 1)
         # Ticks run every 2 s from the marker's first write: 3.0 is the next one.
         assert trio.current_time() == 3.0
         assert (node_root / MARKER).exists()
         await trio.sleep(1.9)  # t = 4.9
         (node_root / MARKER).unlink()
-        await fm.rewrites.wait_value(2)
+        await wait_for_count(fm.rewrites, 2)
         assert trio.current_time() == 5.0
         cancelled_at = trio.current_time()
         nursery.cancel_scope.cancel()

@@ -31,7 +31,7 @@ from mokka.simulators.kernellog import (
 )
 from mokka.state.compile import compile_profile
 from mokka.state.model import Gpu, State, System, Xid
-from tests.support import snapshot
+from tests.support import snapshot, wait_for_count
 
 KMSG = layout.KMSG.lstrip("/")
 BUSES = ("53", "64", "75", "a8")
@@ -167,7 +167,7 @@ async def test_journald_style_announces_the_gpu_then_its_xids(
     assert not sim.readiness.ready  # staged, not running yet
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, state)
-        await sim.written.wait_value(3)
+        await wait_for_count(sim.written, 3)
         assert trio.current_time() == 0.0
         assert sim.readiness.ready
         nursery.cancel_scope.cancel()
@@ -202,7 +202,7 @@ async def test_an_xid_from_the_overrides_of_a_built_in_profile(
     await sim.stage(host, state)
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, state)
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         nursery.cancel_scope.cancel()
     assert lines(kmsg_file) == [
         f"NVRM: NVRM: GPU at PCI:0009:01:00: {state.gpu(1).uuid}",
@@ -221,7 +221,7 @@ async def test_raw_style_writes_the_prefix_once(
     state = make_state(("x1", 3, 94))
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, state)
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         nursery.cancel_scope.cancel()
     assert lines(kmsg_file) == [
         f"NVRM: GPU at PCI:0000:A8:00: {uuid(3)}",
@@ -240,7 +240,7 @@ async def test_each_xid_is_announced_once_across_a_restart(
     first = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
     async with trio.open_nursery() as nursery:
         await nursery.start(first.run, host, make_state(("x1", 0, 79)))
-        await first.written.wait_value(1)
+        await wait_for_count(first.written, 1)
         # The same state again (a resync): nothing new is written.
         await first.reload(make_state(("x1", 0, 79), generation=2))
         await trio.sleep(1)
@@ -255,7 +255,7 @@ async def test_each_xid_is_announced_once_across_a_restart(
     await restarted.stage(fresh_host, state)
     async with trio.open_nursery() as nursery:
         await nursery.start(restarted.run, fresh_host, state)
-        await restarted.written.wait_value(1)
+        await wait_for_count(restarted.written, 1)
         await trio.sleep(1)
         assert restarted.readiness == Readiness.ok("2 Xid(s) announced (raw)")
         nursery.cancel_scope.cancel()
@@ -277,7 +277,7 @@ async def test_xids_delivered_by_reload_are_announced(
         await trio.sleep(7)
         assert lines(kmsg_file) == []
         await sim.reload(make_state(("x9", 2, 119), generation=2))
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         assert trio.current_time() == 7.0
         nursery.cancel_scope.cancel()
     assert lines(kmsg_file)[-1] == (
@@ -322,7 +322,7 @@ async def test_an_xid_of_a_pass_that_fails_at_the_barrier_is_not_announced(
         assert sim.written.value == 0
         # The same Xid in a pass that succeeds is announced.
         assert (await good.reconcile_once(make_state(("x1", 0, 79), generation=3))).ok
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         supervisor.stop()
         await supervisor.wait_stopped()
         nursery.cancel_scope.cancel()
@@ -337,11 +337,11 @@ async def test_a_withdrawn_and_reinjected_xid_is_announced_again(
     sim = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, make_state(("x1", 0, 79)))
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         await sim.reload(make_state(generation=2))  # overrides reset: no Xid in force
         await trio.sleep(1)
         await sim.reload(make_state(("x1", 0, 79), generation=3))  # injected again
-        await sim.written.wait_value(2)
+        await wait_for_count(sim.written, 2)
         nursery.cancel_scope.cancel()
     xid_lines = [line for line in lines(kmsg_file) if "Xid" in line]
     assert len(xid_lines) == 2
@@ -357,17 +357,17 @@ async def test_the_rate_limit_queues_instead_of_dropping(
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, state)
         # Ten records in the first window: GPU 0's header and nine Xids.
-        await sim.written.wait_value(9)
+        await wait_for_count(sim.written, 9)
         assert trio.current_time() == 0.0
         assert len(lines(kmsg_file)) == 10
         # The rest once the 5 s window has fully passed (plus the jiffy margin).
-        await sim.written.wait_value(12)
+        await wait_for_count(sim.written, 12)
         assert trio.current_time() == 5.05
         assert len(lines(kmsg_file)) == 13
         # The new window (from 5.05) has 7 records left: a new Xid goes out at once.
         await trio.sleep(1)
         await sim.reload(make_state(*[(f"x{i:02d}", 0, 79) for i in range(13)], generation=2))
-        await sim.written.wait_value(13)
+        await wait_for_count(sim.written, 13)
         assert trio.current_time() == 6.05
         nursery.cancel_scope.cancel()
     assert [line.count("Xid") for line in lines(kmsg_file)] == [0] + [1] * 13
@@ -401,7 +401,7 @@ async def test_a_missing_kmsg_is_retried_and_never_created(
         assert "dev/kmsg does not exist" in sim.readiness.reason
         (node_root / "dev").mkdir()
         (node_root / KMSG).write_bytes(b"")
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         assert trio.current_time() == 10.0  # the next retry
         assert sim.readiness.ready
         nursery.cancel_scope.cancel()
@@ -420,7 +420,7 @@ async def test_a_local_root_gets_a_regular_file_that_discard_removes(
     assert (node_root / KMSG).is_file()
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, state)
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         assert sim.readiness.ready
         # a later stage keeps what was logged (the content is the log, not managed)
         await sim.stage(host, state)
@@ -458,7 +458,7 @@ async def test_a_fifo_without_a_reader_is_not_ready_and_with_one_gets_the_record
         assert "no reader on the FIFO" in sim.readiness.reason
         reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            await sim.written.wait_value(1)
+            await wait_for_count(sim.written, 1)
             assert trio.current_time() == 10.0
             data = os.read(reader, 65536)
         finally:
@@ -478,7 +478,7 @@ async def test_an_xid_for_a_missing_gpu_is_skipped(
     sim = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, make_state(("ghost", 7, 79), ("x1", 0, 79)))
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         nursery.cancel_scope.cancel()
     assert len(lines(kmsg_file)) == 2
     assert "Xid ghost names GPU 7, which this state does not have" in caplog.text
@@ -491,13 +491,13 @@ async def test_a_damaged_announced_file_announces_again(
     sim = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, make_state(("x1", 0, 79)))
-        await sim.written.wait_value(1)
+        await wait_for_count(sim.written, 1)
         nursery.cancel_scope.cancel()
     (node_root / ANNOUNCED.lstrip("/")).write_text("{not json")
     again = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
     async with trio.open_nursery() as nursery:
         await nursery.start(again.run, host, make_state(("x1", 0, 79)))
-        await again.written.wait_value(1)
+        await wait_for_count(again.written, 1)
         nursery.cancel_scope.cancel()
     assert sum("Xid" in line for line in lines(kmsg_file)) == 2
     await again.discard(host)
