@@ -6,12 +6,19 @@ so they are built by ``native/build.py`` with the system C compiler and shipped
 as package data in ``mokka/_native``.  An editable install builds them into the
 source tree (``mokka/_native`` is git-ignored) because the editable finder maps
 the package to the source directory.
+
+The wheel is tagged ``py3-none-<platform>``: it carries machine code (so it
+is platform-specific), but none of it is a CPython extension, so any Python
+3.11+ on this platform can install it.  ``native/`` ships in the sdist
+(MANIFEST.in), so a wheel built from the sdist is the one ``pip wheel .``
+builds.
 """
 
 import sys
 from pathlib import Path
 
 from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
@@ -37,4 +44,15 @@ class NativeDistribution(Distribution):
         return True
 
 
-setup(cmdclass={"build_py": BuildPyWithNative}, distclass=NativeDistribution)
+class PlatformWheel(bdist_wheel):
+    """``py3-none-<platform>``: no CPython ABI in the native files, only the platform's."""
+
+    def get_tag(self):
+        _python, _abi, platform = super().get_tag()
+        return "py3", "none", platform
+
+
+setup(
+    cmdclass={"build_py": BuildPyWithNative, "bdist_wheel": PlatformWheel},
+    distclass=NativeDistribution,
+)

@@ -25,6 +25,9 @@ from mokka.host import Host
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.state.compile import compile_profile
 
+#: What ``python -m bench --quick`` passes.
+QUICK_ARGS = ["--rounds", "3"]
+
 
 async def one_round(state, settings: GpuDriverSettings) -> dict[str, float]:
     figures: dict[str, float] = {}

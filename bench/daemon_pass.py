@@ -35,6 +35,9 @@ from mokka.host import Host
 from mokka.simulators.base import Readiness
 from mokka.state.model import State, System
 
+#: What ``python -m bench --quick`` passes.
+QUICK_ARGS = ["--rounds", "30", "--idle", "1"]
+
 REPO = Path(__file__).resolve().parent.parent
 
 

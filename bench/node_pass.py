@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import trio
+from figures import report
 from fsfloor import read_tree, write_floor
 
 from mokka import cli
@@ -28,6 +29,9 @@ from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.teardown import teardown
 from mokka.host import Host
 from mokka.state.compile import compile_profile
+
+#: What ``python -m bench --quick`` passes.
+QUICK_ARGS = ["--rounds", "1"]
 
 
 async def one_round(profile: str) -> dict[str, float]:
@@ -58,12 +62,12 @@ async def one_round(profile: str) -> dict[str, float]:
 async def main(profiles: list[str], rounds: int) -> None:
     for profile in profiles:
         results = [await one_round(profile) for _ in range(rounds)]
-        floor = statistics.median(r["floor"] for r in results)
+        floor = statistics.median(r["floor"] for r in results) * 1000
         print(f"{profile}: {int(results[0]['files'])} paths staged, {rounds} rounds")
-        print(f"  filesystem floor  median {floor * 1000:8.1f} ms   (baseline)")
         for phase in ("cold pass", "repair pass", "teardown"):
-            median = statistics.median(r[phase] for r in results)
-            print(f"  {phase:16s}  median {median * 1000:8.1f} ms   {median / floor:6.1f}x floor")
+            median = statistics.median(r[phase] for r in results) * 1000
+            report("node_pass", f"{profile} in-process {phase} (median)", median, "ms",
+                   floor=floor, floor_name="bare-syscall writes")
 
 
 if __name__ == "__main__":

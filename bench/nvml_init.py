@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib.util
 import os
 import shutil
 import statistics
@@ -29,9 +28,16 @@ from pathlib import Path
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile
 
+#: What ``python -m bench --quick`` passes.
+QUICK_ARGS = ["--rounds", "10", "--calls", "100000"]
+
 ROOT = Path(__file__).resolve().parent.parent
 
-DRIVER = r"""
+#: What every C harness of the NVML benchmarks starts with: the library loaded
+#: the way a consumer loads it (``dlopen`` by soname, entry points by
+#: ``dlsym``) and initialized.  ``open_nvml`` returns 0, or the harness's exit
+#: code: 2 without the library, 3 when ``nvmlInit_v2`` fails.
+HARNESS_PRELUDE = r"""
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +45,24 @@ DRIVER = r"""
 #include <time.h>
 #include "nvml.h"
 
+static void *g_nvml;
+
+static void *nvml_symbol(const char *name)
+{
+    return dlsym(g_nvml, name);
+}
+
+static int open_nvml(void)
+{
+    g_nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!g_nvml)
+        return 2;
+    nvmlReturn_t (*init)(void) = (nvmlReturn_t (*)(void))nvml_symbol("nvmlInit_v2");
+    return init() == NVML_SUCCESS ? 0 : 3;
+}
+"""
+
+DRIVER = HARNESS_PRELUDE + r"""
 typedef nvmlReturn_t (*init_fn)(void);
 typedef nvmlReturn_t (*count_fn)(unsigned *);
 typedef nvmlReturn_t (*handle_fn)(unsigned, nvmlDevice_t *);
@@ -49,18 +73,15 @@ int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "floor") == 0)
         return 0;
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-    if (!lib)
-        return 2;
-    init_fn init = (init_fn)dlsym(lib, "nvmlInit_v2");
-    count_fn count = (count_fn)dlsym(lib, "nvmlDeviceGetCount_v2");
-    handle_fn handle = (handle_fn)dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-    str_fn name = (str_fn)dlsym(lib, "nvmlDeviceGetName");
-    str_fn uuid = (str_fn)dlsym(lib, "nvmlDeviceGetUUID");
-    mem_fn memory = (mem_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
-    init_fn shutdown = (init_fn)dlsym(lib, "nvmlShutdown");
-    if (init() != NVML_SUCCESS)
-        return 3;
+    int failed = open_nvml();
+    if (failed)
+        return failed;
+    count_fn count = (count_fn)nvml_symbol("nvmlDeviceGetCount_v2");
+    handle_fn handle = (handle_fn)nvml_symbol("nvmlDeviceGetHandleByIndex_v2");
+    str_fn name = (str_fn)nvml_symbol("nvmlDeviceGetName");
+    str_fn uuid = (str_fn)nvml_symbol("nvmlDeviceGetUUID");
+    mem_fn memory = (mem_fn)nvml_symbol("nvmlDeviceGetMemoryInfo");
+    init_fn shutdown = (init_fn)nvml_symbol("nvmlShutdown");
     unsigned n = 0;
     count(&n);
     char buf[96];
@@ -88,12 +109,26 @@ int main(int argc, char **argv)
 """
 
 
-def load_target(name: str):
-    path = ROOT / "native" / name / "target.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name.replace('-', '_')}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def build_harnesses(lib_dir: Path, cc: str, sources: dict[str, str], into: Path) -> dict[str, Path]:
+    """The mock library built from the tree into ``lib_dir``, then each C harness
+    (name -> source) compiled into ``into`` against the header it was built from."""
+    if str(ROOT) not in sys.path:  # the targets import ``native.toolchain``
+        sys.path.insert(0, str(ROOT))
+    from native.toolchain import load_target
+
+    nvml = load_target("nvml")
+    nvml.build(lib_dir, cc)
+    header = nvml._exports().find_header()
+    built = {}
+    for name, text in sources.items():
+        source = into / f"{name}.c"
+        source.write_text(text)
+        built[name] = into / name
+        subprocess.run(
+            [cc, "-O2", f"-I{header.parent}", str(source), "-o", str(built[name]), "-ldl"],
+            check=True,
+        )
+    return built
 
 
 def timed_runs(argv: list[str], env: dict[str, str], rounds: int) -> list[float]:
@@ -113,15 +148,7 @@ def main() -> None:
     cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        nvml = load_target("nvml")
-        nvml.build(out, cc)
-        header = nvml._exports().find_header()
-        source = out / "driver.c"
-        source.write_text(DRIVER)
-        driver = out / "driver"
-        subprocess.run(
-            [cc, "-O2", f"-I{header.parent}", str(source), "-o", str(driver), "-ldl"], check=True
-        )
+        driver = build_harnesses(out, cc, {"driver": DRIVER}, out)["driver"]
         config = out / "config.yaml"
         config.write_text(render_engine_config(compile_profile("h100", node_name="bench")))
         env = dict(os.environ, LD_LIBRARY_PATH=str(out), MOCK_NVML_CONFIG=str(config))

@@ -3,8 +3,9 @@
 Runs the real ``FileSource`` (real inotify, a worker thread for the re-read)
 on a temp copy of the built-in h100 profile, saves a change the way an editor
 does (temp file renamed over the profile) N times, and prints the latency
-from the rename to the published state, for the default debounce (0.1 s)
-and with the debounce off, which shows what the read + compile costs.
+from the rename to the published state: with the old default debounce
+(0.1 s), the current default (``--reload-debounce``, 0.01 s) and none, which
+shows what the read + compile costs.
 
     .venv/bin/python bench/profile_reload.py [--rounds N]
 """
@@ -23,6 +24,9 @@ import trio
 import trio_util
 
 from mokka.state.sources.file import FileSource
+
+#: What ``python -m bench --quick`` passes.
+QUICK_ARGS = ["--rounds", "5"]
 
 
 async def measure(directory: Path, debounce: float, rounds: int) -> list[float]:
@@ -55,10 +59,10 @@ def report(label: str, samples: list[float]) -> None:
 
 
 async def main(rounds: int) -> None:
-    for debounce in (0.1, 0.0):
+    for debounce in (0.1, 0.01, 0.0):
         with tempfile.TemporaryDirectory() as tmp:
             samples = await measure(Path(tmp), debounce, rounds)
-        report(f"debounce {debounce:.1f} s", samples)
+        report(f"debounce {debounce:.2f} s", samples)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,26 @@
-"""Command line: ``mokka [daemon|ctl|cleanup|...]``.
+"""Command line: ``mokka [daemon|cleanup|ctl|fabricmanager-ctl]``.
 
 A thin dispatcher.  Each subcommand lives in its own module, which exposes
 ``register(subparsers)``; registration adds a parser whose ``func`` default
 takes the parsed arguments and returns the process exit code.  ``mokka``
-with no subcommand is ``mokka daemon``, and ``mokka-node-agent`` (the name
-the chart's container runs) is ``mokka daemon`` too.
+with no subcommand (or with only flags) is ``mokka daemon``, and
+``mokka-node-agent`` (the name the chart's container runs) is ``mokka
+daemon`` too.
+
+Every parser is a ``MokkaArgumentParser``: no abbreviated flags (``--profil``
+meaning ``--profile`` today would silently change meaning the day another
+flag starts with the same letters), and a usage error is one line naming
+the flag, like the errors the settings themselves raise.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 #: Modules providing subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -20,24 +28,111 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "mokka.ctl",
     "mokka.fabricmanager_ctl",
 )
+#: Commands parsed by a parser that holds only their own module, when they
+#: come first on the command line.  ``mokka ctl`` runs once per change in a
+#: fault drill, and the full parser imports what the daemon's flags are
+#: declared with (every simulator, the health server): ten times what ctl
+#: itself needs.  ``tests/test_ctl_messages.py`` checks what a verb imports.
+LONE_COMMANDS: dict[str, str] = {"ctl": "mokka.ctl"}
+
+#: How argparse's ``type=`` failures are spelt for a human.
+_TYPE_NAMES = {"int": "an integer", "float": "a number"}
+
+#: ``argument --flag: invalid int value: 'abc'`` (argparse's own wording).
+_INVALID_VALUE = re.compile(
+    r"^argument (?P<flags>\S+): invalid (?P<type>\w+) value: (?P<value>.*)$"
+)
+#: ``argument -q/--query: ...``: any other message about one argument.
+_ABOUT_ARGUMENT = re.compile(r"^argument (?P<flags>\S+): (?P<rest>.*)$")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def one_line_error(message: str) -> str:
+    """argparse's message about a flag, reworded as ``--flag: what, expected what``."""
+    if match := _INVALID_VALUE.match(message):
+        flag = match["flags"].split("/")[-1]
+        kind = _TYPE_NAMES.get(match["type"], f"a valid {match['type']}")
+        return f"{flag}: {match['value']} is not {kind}"
+    if match := _ABOUT_ARGUMENT.match(message):
+        return f"{match['flags'].split('/')[-1]}: {match['rest']}"
+    return message
+
+
+class MokkaArgumentParser(argparse.ArgumentParser):
+    """No abbreviations; errors are one line on stderr and exit 2 (no usage dump).
+
+    ``add_subparsers`` hands its parser class down, so every subcommand's
+    parser (and their verbs') is one of these too.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line_error(message)}\n")
+
+
+def package_version() -> str:
+    """The installed distribution's version (what ``pip show mokka`` says)."""
+    # imported here: ``importlib.metadata`` alone costs about as much as a
+    # whole ``mokka ctl`` call, and only ``--version`` needs it
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("mokka")
+    except importlib.metadata.PackageNotFoundError:  # run from a bare source tree
+        from mokka import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse._VersionAction):
+    """``--version``, the version looked up only when asked (see ``package_version``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        self.version = f"mokka {package_version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(modules: Sequence[str] = SUBCOMMAND_MODULES) -> MokkaArgumentParser:
+    """The ``mokka`` parser with the subcommands of ``modules`` (default: all of them)."""
+    parser = MokkaArgumentParser(
         prog="mokka",
         description="Makes a Kubernetes node look like it has NVIDIA GPUs.",
     )
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMAND_MODULES:
+    for module_name in modules:
         importlib.import_module(module_name).register(subparsers)
     return parser
 
 
+def command_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The subcommands ``parser`` knows, in registration order."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in LONE_COMMANDS:
+        args = build_parser([LONE_COMMANDS[args_list[0]]]).parse_args(args_list)
+        return int(args.func(args))
     parser = build_parser()
-    known = set(parser._subparsers._group_actions[0].choices) if parser._subparsers else set()
-    if not args_list or (args_list[0] not in known and args_list[0] not in ("-h", "--help")):
+    known = command_names(parser)
+    first = args_list[0] if args_list else None
+    if first is not None and not first.startswith("-") and first not in known:
+        # A word where a command goes is a misspelt command, not a stray
+        # argument of the default command.
+        print(
+            f"mokka: error: unknown command {first!r}, expected one of: {', '.join(known)} "
+            "(no command: daemon)",
+            file=sys.stderr,
+        )
+        return 2
+    if first is None or first not in (*known, "-h", "--help", "--version"):
         args_list.insert(0, "daemon")
     args = parser.parse_args(args_list)
     return int(args.func(args))

@@ -6,23 +6,32 @@ call, for one owner, with that owner's manifest: it places each wanted
 artifact (untouched when it already matches, backed up when it replaces
 something foreign), records every creation before it happens, and removes
 what the owner created earlier but no longer wants.
+
+Regular files are written to temp names and renamed over their paths only
+after one filesystem sync for the whole batch (``commit``: the durability
+argument is there).  What a successful call leaves is returned as a
+``Settled`` record, the next call's starting point for the same owner.
+
+What this module leans on lives beside it, one concern each: the
+filesystem primitives (``mokka.fsops``), the backups of what a placement
+replaces and their restore (``mokka.backups``), and the record of a
+settled owner (``mokka.settled``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import json
 import logging
 import os
-import shutil
 import stat
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import attrs
 
+from mokka import backups, fsops
 from mokka.artifacts import (
     Artifact,
     CharDevice,
@@ -34,50 +43,120 @@ from mokka.artifacts import (
 )
 from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import Manifest
-
-if TYPE_CHECKING:
-    from mokka.host import Host
+from mokka.manifest import Manifest, lists_directory
+from mokka.noderoot import NodeRoot, ResolveCache
+from mokka.settled import Settled, signature
 
 logger = logging.getLogger(__name__)
 
 
-def _digest(path: Path) -> str:
-    """sha256 of a file, read in 1 MiB chunks (libraries and binaries are megabytes)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def rmdir_empty_tree(path: Path) -> None:
-    """Remove ``path`` and its subdirectories if, and only if, they hold no files.
-
-    Used on Mokka's own bookkeeping directories, never on simulator output:
-    a file left in them (a backup not yet restored) keeps them in place.
-    """
-    if not path.is_dir() or path.is_symlink():
-        return
-    for child in path.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            rmdir_empty_tree(child)
-    with contextlib.suppress(OSError):
-        path.rmdir()
-
-
 @attrs.define(eq=False)
 class Convergence:
-    """One converge call's bookkeeping (kept out of ``Host`` to keep it stateless)."""
+    """One converge call's bookkeeping (kept out of ``Host`` to keep it stateless).
 
-    host: Host
+    Given what it needs from the host rather than the host itself (the
+    path mapping, the directory lock, where the bookkeeping lives, the
+    command runner), so this module never imports ``mokka.host``.
+    """
+
+    paths: NodeRoot
     manifest: Manifest
+    #: The host's directory lock (see ``_ensure_dir``).
+    dirs_lock: threading.Lock
+    #: Where every owner's manifest lives (read for shared directories).
+    manifest_dir: Path
+    #: Mokka's private state directory (scratch for the device-node probe).
+    state_dir: Path
+    #: Runs a host command (``umount`` of a bind mount a killed process left).
+    run: Callable[..., object]
     created: list[str] = attrs.field(factory=list)
     updated: list[str] = attrs.field(factory=list)
     removed: list[str] = attrs.field(factory=list)
     degraded: list[str] = attrs.field(factory=list)
     #: Directories already looked up in other owners' manifests by this call.
     _shared_checked: set[str] = attrs.field(factory=set)
+    #: Directories this call resolved (``NodeRoot.resolve``'s cache) and
+    #: made sure of (``ensure_parents``): each is looked at once per call.
+    _resolved: ResolveCache = attrs.field(factory=dict)
+    _ensured: set[str] = attrs.field(factory=set)
+    #: Regular files written under their temp names, renamed over their
+    #: paths by ``commit`` (real path -> temp path).
+    _pending: dict[Path, Path] = attrs.field(factory=dict)
+    #: What the owner's last converge left (``Settled``): entries it finds
+    #: unchanged are kept without being looked at again.
+    previous: Settled | None = None
+    #: What this call placed (node path -> artifact, real path) and the real
+    #: directories it made sure of: what the next call's ``previous`` records.
+    _placed: dict[str, tuple[Artifact, str]] = attrs.field(factory=dict)
+    _dirs: dict[str, None] = attrs.field(factory=dict)
+    #: Directories of ``previous`` found to be the same ones again (node path -> bool).
+    _same_dirs: dict[str, bool] = attrs.field(factory=dict)
+
+    def _resolve(self, path: str, *, follow_last: bool = False) -> Path:
+        return self.paths.resolve(path, follow_last=follow_last, cache=self._resolved)
+
+    def _forget_directories(self) -> None:
+        """Drop what this call knows of directories: one was removed, or went away."""
+        self._resolved.clear()
+        self._ensured.clear()
+        self._same_dirs.clear()
+
+    def settled(self, wanted: list[Artifact]) -> Settled:
+        """The record of this (successful) call that the owner's next one starts from."""
+        files = {norm: (art, real, signature(real, os.lstat))
+                 for norm, (art, real) in self._placed.items()}
+        dirs = {real: signature(real, os.lstat) for real in self._dirs}
+        sources = {str(art.source): None for art in wanted if isinstance(art, CopyOf)}
+        books = (str(self.manifest.snapshot_path), str(self.manifest.journal_path))
+        return Settled(
+            wanted=wanted,
+            files=files,
+            dirs=dirs,
+            sources={p: signature(p, os.stat) for p in sources},
+            bookkeeping={p: signature(p, os.lstat) for p in books},
+            degraded=tuple(self.degraded),
+        )
+
+    def _still_placed(self, art: Artifact, norm: str) -> bool:
+        """Whether ``norm`` is exactly as the previous call left it, the same ``art`` asked.
+
+        Only for paths without a link on the way (real path = node path under
+        the root): then every directory above is checked to be the same
+        directory (device, inode, type; ``lstat``), and the entry to have the
+        same signature (``Settled``), so resolving, reading and comparing it
+        again could only find what ``place`` would leave alone.
+        """
+        previous = self.previous
+        assert previous is not None
+        before = previous.files.get(norm)
+        if before is None or before[0] != art:
+            return False
+        real = str(self.paths.root) + norm
+        if before[1] != real or before[2] is None:
+            return False
+        if isinstance(art, CharDevice) and not stat.S_ISCHR(before[2][2]):
+            return False  # a placeholder: its converge reports it degraded
+        if isinstance(art, CopyOf) and previous.sources.get(str(art.source)) != signature(
+            str(art.source), os.stat
+        ):
+            return False
+        parents = norm.split("/")[1:-1]
+        for i in range(1, len(parents) + 1):
+            directory = "/" + "/".join(parents[:i])
+            same = self._same_dirs.get(directory)
+            if same is None:
+                real_dir = str(self.paths.root) + directory
+                was = previous.dirs.get(real_dir)
+                now = signature(real_dir, os.lstat)
+                same = was is not None and now is not None and now[:3] == was[:3]
+                self._same_dirs[directory] = same
+            if not same:
+                return False
+            self._dirs[str(self.paths.root) + directory] = None
+        if signature(real, os.lstat) != before[2]:
+            return False
+        self._placed[norm] = (art, real)
+        return True
 
     def report(self) -> ConvergeReport:
         """The frozen summary of this converge for the caller's logs and readiness."""
@@ -102,120 +181,119 @@ class Convergence:
         parents are re-created, and recorded as this owner's); only a
         missing parent is retried, any other error is raised at once.
         """
+        if self.previous is not None and self._still_placed(art, norm):
+            return
         for attempt in range(1, _PLACE_ATTEMPTS + 1):
             try:
                 self.ensure_parents(norm)
                 self.place(art, norm)
                 return
-            except _ParentVanished as exc:
-                if attempt == _PLACE_ATTEMPTS:
-                    raise HostPathError(str(exc)) from None
-            except FileNotFoundError as exc:
+            except OSError as exc:
+                if exc.filename is None:
+                    # A failed ``write`` (ENOSPC) names no file: this one it was.
+                    exc.filename = str(self.paths.root / norm.lstrip("/"))
+                if not isinstance(exc, FileNotFoundError):
+                    raise
                 source = str(art.source) if isinstance(art, CopyOf) else None
                 if attempt == _PLACE_ATTEMPTS or exc.filename == source:
                     raise
+            except _ParentVanished as exc:
+                if attempt == _PLACE_ATTEMPTS:
+                    raise HostPathError(str(exc)) from None
+            self._forget_directories()
             logger.debug("%s: a parent directory went away while placing it; again", norm)
 
     def ensure_parents(self, norm: str) -> None:
         """Create (and record) every missing parent directory of ``norm``, top down."""
         parts = norm.strip("/").split("/")[:-1]
         for i in range(1, len(parts) + 1):
-            self._ensure_dir("/" + "/".join(parts[:i]), 0o755, explicit=False)
+            parent = "/" + "/".join(parts[:i])
+            if parent not in self._ensured:
+                self._ensure_dir(parent, 0o755, explicit=False)
+                self._ensured.add(parent)
 
     def _ensure_dir(self, norm: str, mode: int, *, explicit: bool) -> None:
         """Make ``norm`` a directory, recording it if created (or shared with its creator).
 
         ``explicit``: asked for as a ``Directory`` artifact, so its mode is
-        managed too; implicit parents keep whatever mode they have.  Another
-        owner's converge may create or remove directories on the same path
-        at the same time: each check is made once (no ``lexists`` then
-        ``isdir`` with a window between them), and a parent that went away
-        raises ``_ParentVanished`` for ``put`` to try again.
+        managed too; implicit parents keep whatever mode they have.
+
+        The directory is recorded under its *real* path beneath the root
+        (``/run`` for ``/var/run`` when ``var/run`` links to ``/run``), the
+        one ``rmdir`` must name on discard: recorded as ``/var/run``, the
+        link would be met instead and the directory left behind.
+
+        Held under the host's directory lock, like the removal of a
+        recorded directory: "exists, so is it another owner's to share?"
+        and "empty, so remove it and forget it" must not interleave, or both
+        owners can forget a directory that is still there.  A parent that
+        went away (removed before this call took the lock) raises
+        ``_ParentVanished`` for ``put`` to try again.
         """
-        real = self.host.resolve(norm, follow_last=True)
-        existing = _stat(real)
-        if existing is not None and not stat.S_ISDIR(existing.st_mode):
-            raise HostPathError(f"{norm}: exists and is not a directory")
-        if existing is None:
-            if not os.path.isdir(real.parent):
-                if os.path.islink(self.host.resolve(norm)):
-                    # ``norm`` is a symlink whose (re-rooted) target's parent is
-                    # missing: refuse before noting, so the manifest never lists
-                    # a path that is really a symlink.
-                    raise HostPathError(
-                        f"{norm}: a symlink to {real.relative_to(self.host.root)} "
-                        "under the node root, whose parent directory does not exist"
-                    )
-                raise _ParentVanished(f"{norm}: its parent directory was removed meanwhile")
-            self.manifest.note("add", norm, "dir")
-            try:
-                os.mkdir(real, mode)
-                # mkdir honours the umask; the mode we asked for is what we mean
-                os.chmod(real, mode)
-            except FileExistsError:
-                # Created concurrently by another owner: noted above, so shared.
-                if not os.path.isdir(real):
-                    raise HostPathError(f"{norm}: exists and is not a directory") from None
+        real = self._resolve(norm, follow_last=True)
+        if real == self.paths.root:
+            return  # a link to the root itself: the root is never an owner's
+        key = self.paths.node_path(real)
+        self._dirs[str(real)] = None
+        with self.dirs_lock:
+            existing = fsops.stat_or_none(real)
+            if existing is not None and not stat.S_ISDIR(existing.st_mode):
+                raise HostPathError(f"{norm}: exists and is not a directory")
+            if existing is None:
+                if not os.path.isdir(real.parent):
+                    if os.path.islink(self._resolve(norm)):
+                        # ``norm`` is a symlink whose (re-rooted) target's parent is
+                        # missing: refuse before noting, so the manifest never lists
+                        # a path that is really a symlink.
+                        raise HostPathError(
+                            f"{norm}: a symlink to {key.lstrip('/')} "
+                            "under the node root, whose parent directory does not exist"
+                        )
+                    raise _ParentVanished(f"{norm}: its parent directory was removed meanwhile")
+                self.manifest.note("add", key, "dir")
+                try:
+                    os.mkdir(real, mode)
+                    # mkdir honours the umask; the mode we asked for is what we mean
+                    os.chmod(real, mode)
+                except FileExistsError:
+                    # Made by someone outside this host meanwhile: noted, so shared.
+                    if not os.path.isdir(real):
+                        if not os.path.lexists(real):
+                            raise _ParentVanished(f"{norm}: removed meanwhile") from None
+                        raise HostPathError(f"{norm}: exists and is not a directory") from None
+                    return
+                except FileNotFoundError:
+                    raise _ParentVanished(
+                        f"{norm}: it or its parent directory was removed meanwhile"
+                    ) from None
+                self.created.append(key)
                 return
-            except FileNotFoundError:
-                raise _ParentVanished(
-                    f"{norm}: it or its parent directory was removed meanwhile"
-                ) from None
-            self.created.append(norm)
-            return
-        if norm not in self.manifest.entries and self._listed_by_other_owner(norm):
-            # Another owner created it (a sibling batch, another simulator):
-            # share it, so whichever owner leaves last removes it.  Without
-            # this, discarding the creator first leaves it behind.
-            self.manifest.note("add", norm, "dir")
+            if key not in self.manifest.entries and self._listed_by_other_owner(key):
+                # Another owner created it (a sibling batch, another simulator):
+                # share it, so whichever owner leaves last removes it.  Without
+                # this, discarding the creator first leaves it behind.
+                self.manifest.note("add", key, "dir")
         if (
             explicit
-            and norm in self.manifest.entries
+            and key in self.manifest.entries
             and stat.S_IMODE(os.stat(real).st_mode) != mode
         ):
             os.chmod(real, mode)
-            self.updated.append(norm)
+            self.updated.append(key)
 
-    def _listed_by_other_owner(self, norm: str) -> bool:
-        """Whether another owner's manifest records ``norm`` as a directory it created.
-
-        Reads each other manifest's journal before its snapshot: a concurrent
-        compaction writes the snapshot before deleting the journal, so an entry
-        noted before we looked is in one or the other.
-        """
-        if norm in self._shared_checked:
+    def _listed_by_other_owner(self, key: str) -> bool:
+        """Whether another owner's manifest records ``key`` as a directory it created."""
+        if key in self._shared_checked:
             return False
-        self._shared_checked.add(norm)
-        directory = self.host._manifest_dir()
+        self._shared_checked.add(key)
+        directory = self.manifest_dir
         try:
             names = os.listdir(directory)
         except FileNotFoundError:
             return False
         owners = {n.rsplit(".", 1)[0] for n in names if n.endswith((".json", ".journal"))}
         owners.discard(self.manifest.owner)
-        for owner in sorted(owners):
-            last: str | None = None
-            try:
-                with open(directory / f"{owner}.journal", encoding="utf-8") as journal:
-                    for line in journal:
-                        try:
-                            record = json.loads(line)
-                        except json.JSONDecodeError:
-                            continue  # a torn line being written right now
-                        if record.get("path") == norm:
-                            last = record.get("op") if record.get("kind", "dir") == "dir" else None
-            except FileNotFoundError:
-                pass
-            if last == "add":
-                return True
-            if last is None:
-                try:
-                    snapshot = json.loads((directory / f"{owner}.json").read_text())
-                except (FileNotFoundError, json.JSONDecodeError):
-                    continue
-                if snapshot.get("entries", {}).get(norm) == "dir":
-                    return True
-        return False
+        return any(lists_directory(directory, owner, key) for owner in sorted(owners))
 
     def place(self, art: Artifact, norm: str) -> None:
         """Create or update one artifact; untouched when it already matches.
@@ -227,8 +305,9 @@ class Convergence:
         if isinstance(art, Directory):
             self._ensure_dir(norm, art.mode, explicit=True)
             return
-        real = self.host.resolve(norm)
-        existing = _lstat(real)
+        real = self._resolve(norm)
+        self._placed[norm] = (art, str(real))
+        existing = fsops.lstat_or_none(real)
         if existing is not None and self._matches(art, real, existing):
             if norm not in self.manifest.entries:
                 # Identical content placed by someone else: adopt nothing, touch nothing.
@@ -236,7 +315,7 @@ class Convergence:
             return
         kind = _kind(art)
         if existing is not None and norm not in self.manifest.entries:
-            backup = self._backup(norm, real, existing)
+            backup = backups.save(norm, real, existing, self._backups(), self.manifest.owner)
             self.manifest.note("add", norm, kind, backup=backup)
         elif norm not in self.manifest.entries:
             self.manifest.note("add", norm, kind)
@@ -245,32 +324,9 @@ class Convergence:
         (self.updated if existing is not None else self.created).append(norm)
         self._write(art, real)
 
-    def _backup(self, norm: str, real: Path, existing: os.stat_result) -> str:
-        """Keep a copy of a foreign file we are about to replace."""
-        if stat.S_ISDIR(existing.st_mode):
-            raise HostPathError(f"{norm}: a directory is in the way")
-        name = hashlib.sha256(norm.encode()).hexdigest()[:32]
-        backups = self.host.resolve(STATE_DIR + "/backups/" + self.manifest.owner, follow_last=True)
-        backups.mkdir(parents=True, exist_ok=True)
-        target = backups / name
-        if stat.S_ISLNK(existing.st_mode):
-            target.write_text(json.dumps({"symlink": os.readlink(real)}))
-        elif stat.S_ISREG(existing.st_mode):
-            shutil.copy2(real, target, follow_symlinks=False)
-            (backups / (name + ".mode")).write_text(oct(stat.S_IMODE(existing.st_mode)))
-        elif stat.S_ISFIFO(existing.st_mode):
-            target.write_text(json.dumps({"fifo": True, "mode": stat.S_IMODE(existing.st_mode)}))
-        elif stat.S_ISSOCK(existing.st_mode):
-            # A socket cannot be made again (its listener owns it): refuse, as
-            # for a directory, rather than leave the node without it.
-            raise HostPathError(f"{norm}: a socket is in the way")
-        else:
-            target.write_text(json.dumps({
-                "device": [os.major(existing.st_rdev), os.minor(existing.st_rdev)],
-                "mode": stat.S_IMODE(existing.st_mode),
-                "char": stat.S_ISCHR(existing.st_mode),
-            }))
-        return name
+    def _backups(self) -> Path:
+        """Where backups live beneath the root (``mokka.backups`` keeps one directory per owner)."""
+        return self._resolve(STATE_DIR + "/backups", follow_last=True)
 
     def _matches(self, art: Artifact, real: Path, st: os.stat_result) -> bool:
         """Whether the entry on disk already is ``art`` (content, target, device, mode)."""
@@ -281,21 +337,25 @@ class Convergence:
                 return (os.major(st.st_rdev), os.minor(st.st_rdev)) == (art.major, art.minor) and (
                     stat.S_IMODE(st.st_mode) == art.mode
                 )
-            if stat.S_ISREG(st.st_mode) and real.read_bytes() == _placeholder(art):
-                self.degraded.append(_placeholder_reason(art))
-                return not _can_mknod(self.host.state_dir)
+            if stat.S_ISREG(st.st_mode) and real.read_bytes() == fsops.placeholder(art):
+                self.degraded.append(fsops.placeholder_reason(art))
+                return not fsops.can_mknod(self.state_dir)
             return False
         if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != art.mode:
             return False
         if isinstance(art, File):
             return st.st_size == len(art.content) and real.read_bytes() == art.content
-        return st.st_size == art.source.stat().st_size and _digest(real) == _digest(art.source)
+        return st.st_size == art.source.stat().st_size and (
+            fsops.file_digest(real) == fsops.file_digest(art.source)
+        )
 
     def _write(self, art: Artifact, real: Path) -> None:
         """Write ``art`` beside ``real`` and rename it over: readers see old or new, never half.
 
-        Files are fsynced before the rename so a crash cannot leave an empty
-        file under the final name.  Device nodes fall back to a placeholder
+        Links and device nodes are complete the moment they exist and are
+        renamed at once (a later artifact may live beneath a link).  Regular
+        files are renamed by ``commit``, after one filesystem sync for the
+        whole batch; see there.  Device nodes fall back to a placeholder
         file without CAP_MKNOD (recorded as degraded).
         """
         # A directory standing where a file should go cannot be renamed over;
@@ -303,39 +363,93 @@ class Convergence:
         if real.is_dir() and not real.is_symlink():
             raise HostPathError(f"{real}: a directory is in the way")
         tmp = real.with_name(f".{real.name}.mokka-tmp")
-        _unlink(tmp)
+        fsops.unlink(tmp)
+        try:
+            if self._write_tmp(art, tmp):
+                self._pending[real] = tmp
+            else:
+                os.replace(tmp, real)
+        except BaseException:
+            # A full disk, a kill: no temp file is left beside the path.
+            self._pending.pop(real, None)
+            with contextlib.suppress(OSError):
+                fsops.unlink(tmp)
+            raise
+
+    def _write_tmp(self, art: Artifact, tmp: Path) -> bool:
+        """The new entry, complete, under the temp name; whether its data awaits ``commit``."""
         if isinstance(art, Symlink):
             os.symlink(art.target, tmp)
-        elif isinstance(art, CharDevice):
+            return False
+        if isinstance(art, CharDevice):
             try:
                 os.mknod(tmp, stat.S_IFCHR | art.mode, os.makedev(art.major, art.minor))
                 os.chmod(tmp, art.mode)
             except PermissionError:
-                tmp.write_bytes(_placeholder(art))
+                # Recognisable content: a crash that empties it makes the
+                # next converge see a mismatch and write it again.
+                tmp.write_bytes(fsops.placeholder(art))
                 os.chmod(tmp, 0o644)
-                self.degraded.append(_placeholder_reason(art))
-        else:
+                self.degraded.append(fsops.placeholder_reason(art))
+            return False
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, art.mode
+        )
+        try:
             if isinstance(art, File):
-                data_writer = lambda f: f.write(art.content)  # noqa: E731
+                fsops.write_all(fd, art.content)
             else:
-                def data_writer(f, src=art.source):
-                    with open(src, "rb") as s:
-                        shutil.copyfileobj(s, f, 1 << 20)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, art.mode)
-            with os.fdopen(fd, "wb") as f:
-                data_writer(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, art.mode)
-        os.replace(tmp, real)
+                with open(art.source, "rb") as source:
+                    while chunk := source.read(1 << 20):
+                        fsops.write_all(fd, chunk)
+            os.fchmod(fd, art.mode)
+        finally:
+            os.close(fd)
+        return True
+
+    def commit(self) -> None:
+        """Make the batch's regular files durable, then rename each over its path.
+
+        The durability argument (also in docs/operations.md, "Failure
+        model"): a rename can reach the disk before the data of the file it
+        names, so after a power loss a renamed-but-unsynced file can be
+        empty under its final name, and the next converge would have to
+        notice.  Syncing *each* file before its rename closes that at the
+        price of one disk flush per file (hundreds per pass).  Syncing the
+        filesystem *once* after every temp file of the batch is written,
+        and renaming only then, gives every file the same guarantee: no
+        rename is issued before the data it exposes is on disk.  A crash
+        before the sync leaves only temp files (recorded paths' neighbours,
+        removed by the next converge or discard); one after it leaves each
+        path old or new, never empty.  The manifest journal still records
+        each path before its temp file exists, so a kill at any point
+        leaves a record, never an orphan.
+        """
+        if not self._pending:
+            return
+        fsops.sync_filesystem(self.paths.root)
+        while self._pending:
+            real, tmp = next(iter(self._pending.items()))
+            os.replace(tmp, real)
+            del self._pending[real]
+
+    def abandon(self) -> None:
+        """Remove the temp files of a batch that failed before ``commit`` renamed them."""
+        for tmp in self._pending.values():
+            with contextlib.suppress(OSError):
+                fsops.unlink(tmp)
+        self._pending.clear()
 
     # -- removal -------------------------------------------------------
 
     def remove_unwanted(self, wanted: set[str]) -> None:
         """Remove what this owner created before but ``wanted`` no longer lists.
 
-        Deepest paths first, so directories are empty by the time they are
-        reached; parents of wanted paths stay.
+        Files, links and devices first, then directories deepest first, so
+        directories are empty by the time they are reached (directories are
+        recorded under their real paths, files under the path asked for:
+        only this order holds for both); directories that wanted paths live
+        in stay.
 
         Best effort, path by path: one path that cannot go (a busy mount, a
         permission) must not keep every later path of the owner in place, in
@@ -343,17 +457,16 @@ class Convergence:
         do its parent directories (forgotten, they would outlive it once the
         next try removes it); the failures are raised together at the end.
         """
-        # Deepest first, so directories empty out before we look at them.
         stale = [p for p in self.manifest.entries if p not in wanted]
-        wanted_dirs = {p for p in wanted} | {
-            "/" + "/".join(w.strip("/").split("/")[:i])
-            for w in wanted
-            for i in range(1, w.count("/"))
-        }
+        stale_dirs = [p for p in stale if self.manifest.entries[p] == "dir"]
+        stale_other = [p for p in stale if self.manifest.entries[p] != "dir"]
+        keep = self._real_parents(wanted) | wanted if stale_dirs else set()
         failures: list[str] = []
-        kept_parents: set[str] = set()
-        for norm in sorted(stale, key=lambda p: (-p.count("/"), p)):
-            if norm in wanted_dirs or norm in kept_parents:
+        for norm in [
+            *sorted(stale_other),
+            *sorted(stale_dirs, key=lambda p: (-p.count("/"), p)),
+        ]:
+            if norm in keep:
                 continue
             try:
                 self._remove(norm)
@@ -361,18 +474,34 @@ class Convergence:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
                 failures.append(f"{norm} ({reason})")
                 logger.warning("could not remove %s: %s", norm, reason)
-                parts = norm.strip("/").split("/")
-                kept_parents.update("/" + "/".join(parts[:i]) for i in range(1, len(parts)))
+                keep |= self._real_parents([norm]) | _prefixes(norm)
         if failures:
             raise HostPathError(
                 f"could not remove {', '.join(failures)}; kept in the manifest for the next try"
             )
 
+    def _real_parents(self, paths: Iterable[str]) -> set[str]:
+        """``paths`` and every directory above them, as written and as really found."""
+        logical: set[str] = set()
+        for path in paths:
+            logical |= _prefixes(path, inclusive=True)
+        real: set[str] = set()
+        for parent in logical:
+            try:
+                resolved = self.paths.resolve_parts(
+                    parent, follow_last=True, cache=self._resolved
+                )
+            except HostPathError:
+                continue
+            for i in range(1, len(resolved) + 1):
+                real.add("/" + "/".join(resolved[:i]))
+        return logical | real
+
     def _remove(self, norm: str) -> None:
         """Remove one recorded entry, restore what it replaced, and forget it."""
         kind = self.manifest.entries[norm]
         try:
-            real = self.host.resolve(norm)
+            real = self._resolve(norm)
         except HostPathError:
             logger.warning(
                 "manifest path %s no longer resolves inside the root; forgetting it", norm
@@ -384,69 +513,64 @@ class Convergence:
                 # A bind mount we published (the driver tree at /run/nvidia/driver)
                 # outliving a killed process: detach it, or rmdir fails with EBUSY.
                 # Lazy, because a consumer may still hold files open in it.
-                result = self.host.run(["umount", "--lazy", str(real)])
+                result = self.run(["umount", "--lazy", str(real)])
                 if result.returncode != 0:
                     logger.warning("could not unmount %s: %s", norm, result.stderr.strip())
-            try:
-                os.rmdir(real)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    # Still holds another owner's files (shared parents empty out as the
-                    # last owner leaves) or files Mokka never wrote: leave it.  DEBUG,
-                    # because during a teardown this is the common case, not news.
-                    logger.debug("leaving directory %s in place: it is not empty", norm)
-                elif exc.errno == errno.ENOTDIR:
-                    # Replaced by a symlink or file since: not ours any more.
-                    logger.info("leaving %s in place: it is no longer a directory", norm)
-                else:
-                    raise
-            self.manifest.note("remove", norm)
+            # Under the directory lock: see ``_ensure_dir``.
+            with self.dirs_lock:
+                self._rmdir(norm, real)
+                self.manifest.note("remove", norm)
+            self._forget_directories()
             self.removed.append(norm)
             return
+        backup = self.manifest.backups.get(norm)
+        # Checked before anything is removed: a backup that cannot be trusted
+        # leaves our file in place, recorded, rather than the node without either.
+        saved = backups.load(norm, backup, self._backups(), self.manifest.owner) if backup else None
         # A process killed between writing the temp file and renaming it
         # leaves the temp file beside the path (``_write``); it is ours too.
-        _unlink(real.with_name(f".{real.name}.mokka-tmp"))
+        fsops.unlink(real.with_name(f".{real.name}.mokka-tmp"))
         try:
-            _unlink(real)
+            fsops.unlink(real)
         except IsADirectoryError:
             # Replaced by a directory since (someone made one in its place):
             # not ours any more, and what it replaced cannot go back there.
-            backup = self.manifest.backups.get(norm)
             logger.warning(
                 "leaving %s in place: it is a directory now%s", norm,
                 f" (the file it replaced is kept in {STATE_DIR}/backups)" if backup else "",
             )
             self.manifest.note("remove", norm)
             return
-        backup = self.manifest.backups.get(norm)
-        if backup:
-            self._restore(norm, real, backup)
+        if saved is not None:
+            backups.restore(real, saved)
         self.manifest.note("remove", norm)
         self.removed.append(norm)
 
-    def _restore(self, norm: str, real: Path, name: str) -> None:
-        """Put a backed-up foreign file, link or device back where it was."""
-        backups = self.host.resolve(STATE_DIR + "/backups/" + self.manifest.owner, follow_last=True)
-        saved = backups / name
-        mode_file = backups / (name + ".mode")
-        if mode_file.exists():
-            shutil.copy2(saved, real, follow_symlinks=False)
-            os.chmod(real, int(mode_file.read_text(), 8))
-            mode_file.unlink()
-        else:
-            meta = json.loads(saved.read_text())
-            if "symlink" in meta:
-                os.symlink(meta["symlink"], real)
-            elif meta.get("fifo"):
-                os.mkfifo(real, meta["mode"])
-                os.chmod(real, meta["mode"])  # mkfifo honours the umask
+    @staticmethod
+    def _rmdir(norm: str, real: Path) -> None:
+        """``rmdir`` a recorded directory; one that is not empty (or not a directory) stays."""
+        try:
+            os.rmdir(real)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                # Still holds another owner's files (shared parents empty out as the
+                # last owner leaves) or files Mokka never wrote: leave it.  DEBUG,
+                # because during a teardown this is the common case, not news.
+                logger.debug("leaving directory %s in place: it is not empty", norm)
+            elif exc.errno == errno.ENOTDIR:
+                # Replaced by a symlink or file since: not ours any more.
+                logger.info("leaving %s in place: it is no longer a directory", norm)
             else:
-                kind = stat.S_IFCHR if meta["char"] else stat.S_IFBLK
-                os.mknod(real, kind | meta["mode"], os.makedev(*meta["device"]))
-        saved.unlink()
-        rmdir_empty_tree(backups)
+                raise
+
+
+def _prefixes(path: str, *, inclusive: bool = False) -> set[str]:
+    """The directories above a node path: ``/a/b/c`` → ``/a``, ``/a/b`` (and itself, inclusive)."""
+    parts = path.strip("/").split("/")
+    end = len(parts) + 1 if inclusive else len(parts)
+    return {"/" + "/".join(parts[:i]) for i in range(1, end)}
 
 
 #: Tries of one placement whose parent another owner removed meanwhile; each
@@ -458,68 +582,6 @@ class _ParentVanished(Exception):
     """A directory this converge relies on was removed by another owner's converge."""
 
 
-def _stat(path: Path) -> os.stat_result | None:
-    """``stat`` (links followed) or ``None`` when nothing is there."""
-    try:
-        return os.stat(path)
-    except FileNotFoundError:
-        return None
-
-
 def _kind(art: Artifact) -> str:
     """The manifest's word for what an artifact creates (directories are noted apart)."""
     return {File: "file", CopyOf: "file", Symlink: "symlink", CharDevice: "device"}[type(art)]
-
-
-def _lstat(path: Path) -> os.stat_result | None:
-    """``lstat`` or ``None`` when nothing is there (the entry itself, links not followed)."""
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-
-
-def _unlink(path: Path) -> None:
-    """Remove a non-directory entry; already gone is fine (discard is idempotent)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def _placeholder(art: CharDevice) -> bytes:
-    """Content of the regular file standing in for a device node without CAP_MKNOD.
-
-    Recognisable, so a later converge with the capability replaces it and a
-    later one without it leaves it (and reports it degraded again).
-    """
-    return f"mokka placeholder for character device {art.major}:{art.minor}\n".encode()
-
-
-def _placeholder_reason(art: CharDevice) -> str:
-    """The readiness reason a placeholder device produces: what, why, and the fix."""
-    return (
-        f"{art.path}: no CAP_MKNOD, wrote a placeholder file instead of char device "
-        f"{art.major}:{art.minor}; consumers cannot open it (run as root to get real nodes)"
-    )
-
-
-_MKNOD_PROBE: bool | None = None
-
-
-def _can_mknod(scratch: Path) -> bool:
-    """Whether this process may create device nodes (probed once per process).
-
-    The probe node goes in ``scratch`` (Mokka's state directory under the
-    node root, which exists during every converge): nothing is written
-    outside the root, and a read-only ``/tmp`` does not break the probe.
-    """
-    global _MKNOD_PROBE
-    if _MKNOD_PROBE is None:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(dir=scratch, prefix=".mknod-probe-") as d:
-            try:
-                os.mknod(os.path.join(d, "probe"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
-                _MKNOD_PROBE = True
-            except PermissionError:
-                _MKNOD_PROBE = False
-    return _MKNOD_PROBE

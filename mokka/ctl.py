@@ -13,7 +13,11 @@ file is there and readable; otherwise any well-formed ``GPU-`` UUID is
 accepted as a key and matches nothing until a GPU with that UUID exists.
 
 The file is found from the node root (``--root``, env ``MOKKA_ROOT``, the
-same default as the daemon) or named directly (``--file``).
+same default as the daemon) or named directly (``--file``).  Under a node
+root the file and its lock are never reached through a symlink, and both
+are written through ``Host``, which records them in the manifests of
+``overrides.MANIFEST_OWNERS`` before creating them: ``mokka cleanup`` then
+removes them, and the directories they kept, after a killed daemon.
 
 The file is the whole interface: ``mokka ctl`` never talks to the daemon,
 so it works from ``kubectl exec`` in the pod, from the host, or from a
@@ -22,40 +26,74 @@ from it, and the library re-reads that at most once a second.
 
 Exit status: 0 done; 2 the request was wrong (a bad value, an unknown
 GPU, a change the schema refuses), as for argparse's own usage errors;
-1 the node could not be changed (e.g. no config directory under the root:
-a wrong ``--root``, or an agent that has not staged yet).  A script may
-wait and retry on 1; on 2 it must change its call.
+1 the node could not be read or changed (e.g. no config directory under
+the root: a wrong ``--root``, or an agent that has not staged yet; every
+verb, ``status`` too, says so alike).  A script may wait and retry on 1;
+on 2 it must change its call.
+
+A call imports only what its verb needs (a drill makes one per change):
+nothing of the daemon, and the ``ib-counter`` verb's module only when it
+is named (``_Verbs``); a ``--gpu`` target is checked by reading the engine
+config's identity lines, not by parsing the whole file as YAML.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
 import re
-import secrets
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mokka import layout
 from mokka.errors import MokkaError, SpecError
-from mokka.host import Host
+from mokka.host import File, Host
 from mokka.settings import LOCAL_ROOT
 from mokka.state import checks
 from mokka.state.device_checks import FAILURE_MODES
-from mokka.state.override_schema import FABRIC_HEALTH, THROTTLE_REASONS, known_paths
-from mokka.state.overrides import load_overrides, update_overrides
+from mokka.state.override_schema import (
+    FABRIC_HEALTH,
+    PSTATES,
+    TEMPERATURE_RANGE_C,
+    THROTTLE_REASONS,
+    known_paths,
+    pstate_range,
+)
+from mokka.state.overrides import (
+    FILE_MODE,
+    MANIFEST_OWNERS,
+    load_overrides,
+    lock_path,
+    require_config_dir,
+    update_overrides,
+)
+from mokka.state.reader import load_yaml, read_input
 
 #: A verb's change to one target's section (``all`` or ``devices[T]``), in place.
 Edit = Callable[[dict[str, Any]], None]
-#: The engine config's flat per-device keys that name a GPU: ``device.<pos>.index``
-#: and ``device.<pos>.uuid`` (``<pos>`` is the position in the file, not the index).
-_ENGINE_DEVICE_KEY = re.compile(r"^device\.(\d+)\.(index|uuid)$")
+#: The engine config's lines that name a GPU: ``device.<pos>.index: 3`` and
+#: ``device.<pos>.uuid: "GPU-…"`` (``<pos>`` is the position in the file, not
+#: the index).  The format is one ``key: value`` per line, unindented
+#: (``docs/engine-config.md``), which is how the mock library reads it too.
+_ENGINE_DEVICE_LINE = re.compile(r"^device\.(\d{1,9})\.(index|uuid): *(.*?) *$", re.MULTILINE)
+_ENGINE_FORMAT_LINE = re.compile(r"^format: *(.*?) *$", re.MULTILINE)
+#: The engine config's values ``_engine_gpus`` reads: a decimal index, a
+#: double-quoted string (escapes ``\"`` and ``\\`` only).
+_ENGINE_INT = re.compile(r"\d{1,9}")
+_ENGINE_STRING = re.compile(r'"((?:[^"\\]|\\["\\])*)"')
+#: ``ib-counter`` is defined with the ib simulator, whose import costs more
+#: than everything else ``mokka ctl`` needs: it is built only when named
+#: (``_Verbs``).  Its name and one-line summary are what ``mokka ctl --help``
+#: lists until then (``tests/test_ctl_messages.py`` keeps them equal to the
+#: module's own).
+IB_COUNTER_VERB = "ib-counter"
+IB_COUNTER_MODULE = "mokka.simulators.ib.counters"
+IB_COUNTER_SUMMARY = "raise an InfiniBand port counter (sysfs and perfquery)"
 DESCRIPTION = (
     "Change the mock GPUs of a running node: every verb edits the node's overrides file "
     "under a lock, validates the result and replaces the file atomically; the node agent "
@@ -73,6 +111,54 @@ class CtlError(MokkaError):
 
 
 # ---- arguments -------------------------------------------------------------
+
+
+class _Verbs(argparse._SubParsersAction):
+    """The verbs' subparsers action, with verbs whose parser is built when named.
+
+    A deferred verb is listed (name and summary) in ``mokka ctl --help`` and
+    accepted as a choice at once, but its defining module is imported, and
+    its real parser built, only when the command line names it (or
+    ``load`` is asked for it): ``mokka ctl temp`` must not pay for the ib
+    simulator's import to offer ``ib-counter``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: dict[str, Callable[[_Verbs], None]] = {}
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        # No abbreviations, whatever parser ``mokka ctl`` hangs under: argparse
+        # hands a subparser its parent's class, but not its ``allow_abbrev``.
+        kwargs.setdefault("allow_abbrev", False)
+        return super().add_parser(name, **kwargs)
+
+    def add_deferred(self, name: str, summary: str, build: Callable[[_Verbs], None]) -> None:
+        """List ``name`` now; ``build(self)`` adds its real parser when it is used."""
+        self.add_parser(name, help=summary, add_help=False)
+        self._deferred[name] = build
+
+    def load(self, name: str) -> argparse.ArgumentParser:
+        """The verb's parser, built now if it was deferred (in its place in ``--help``)."""
+        build = self._deferred.pop(name, None)
+        if build is not None:
+            del self._name_parser_map[name]
+            position = next(i for i, a in enumerate(self._choices_actions) if a.dest == name)
+            del self._choices_actions[position]
+            build(self)
+            self._choices_actions.insert(position, self._choices_actions.pop())
+        return self._name_parser_map[name]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        # argparse has already checked that the name is among the choices
+        self.load(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def verbs_action(parser: argparse.ArgumentParser) -> _Verbs:
+    """The ``_Verbs`` action ``add_verbs`` put on ``parser``."""
+    return next(a for a in parser._actions if isinstance(a, _Verbs))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -110,52 +196,71 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
     optional_target = argparse.ArgumentParser(add_help=False, parents=[common])
     optional_target.add_argument("--gpu", metavar="T", help=GPU_HELP + " (default: every target)")
 
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True, action=_Verbs)
     # The triggers are the mock library's: counted per process, sticky once fired.
     v = verbs.add_parser("fail", parents=[target], help="inject a failure mode")
-    v.add_argument("--mode", required=True, choices=FAILURE_MODES)
+    v.add_argument("--mode", required=True, choices=FAILURE_MODES, help=(
+        "lost, fallen_off_bus: guarded NVML calls return GPU_IS_LOST; ecc_uncorrectable: "
+        "the uncorrectable ECC counters climb; healthy: no failure"))
     v.add_argument("--after-calls", type=int, metavar="N", help="fail after N guarded NVML calls")
     v.add_argument("--probability", type=float, metavar="P", help="fail each call with P (0..1)")
     v.add_argument("--seed", type=int, metavar="S", help="seed of the probability draw")
     v.add_argument("--xid", type=int, metavar="CODE", help="also raise this Xid")
     # Delivered once on the kernel log and once through NVML events.
     v = verbs.add_parser("xid", parents=[target], help="raise an Xid (kernel log + NVML event)")
-    v.add_argument("--code", type=int, required=True, metavar="N")
+    v.add_argument("--code", type=int, required=True, metavar="N",
+                   help="the Xid number, e.g. 79 (fallen off the bus) or 48 (double-bit ECC)")
     v = verbs.add_parser("temp", parents=[target], help="pin the GPU temperature")
-    v.add_argument("--celsius", type=int, required=True, metavar="N")
+    low, high = TEMPERATURE_RANGE_C
+    v.add_argument("--celsius", type=int, required=True, metavar="N",
+                   help=f"GPU temperature in degrees Celsius, {low}..{high}")
     # Watts on the command line (how people speak of power), mW in the file
     # (how NVML reports it); see ``build_edit``.
     v = verbs.add_parser("power", parents=[target], help="pin the power draw")
-    v.add_argument("--watts", type=float, required=True, metavar="N")
+    v.add_argument("--watts", type=float, required=True, metavar="N",
+                   help="power draw in watts (fractions allowed; NVML reports whole mW)")
     v = verbs.add_parser("util", parents=[target], help="pin utilization")
-    v.add_argument("--gpu-pct", type=int, required=True, metavar="N")
-    v.add_argument("--mem-pct", type=int, metavar="N")
+    v.add_argument("--gpu-pct", type=int, required=True, metavar="N",
+                   help="GPU (SM) utilization in percent, 0..100")
+    v.add_argument("--mem-pct", type=int, metavar="N",
+                   help="memory controller utilization in percent, 0..100")
     v = verbs.add_parser("clocks", parents=[target], help="pin current clocks")
-    v.add_argument("--graphics", type=int, required=True, metavar="MHZ")
-    v.add_argument("--memory", type=int, metavar="MHZ")
+    v.add_argument("--graphics", type=int, required=True, metavar="MHZ",
+                   help="graphics clock in MHz (the SM clock follows it)")
+    v.add_argument("--memory", type=int, metavar="MHZ", help="memory clock in MHz")
     v = verbs.add_parser("throttle", parents=[target], help="set the active clocks event reasons")
     v.add_argument("--reasons", required=True, metavar="a,b",
                    help=f"comma-separated, or 'none'; known: {', '.join(THROTTLE_REASONS)}")
     # Not ``choices=``: argparse compares exactly, and ``p2`` should work as
-    # well as ``P2``; the schema checks the value (in any case) instead.
+    # well as ``P2``; ``build_edit`` checks the value (in any case) instead.
     v = verbs.add_parser("pstate", parents=[target], help="set the performance state")
-    v.add_argument("--state", required=True, metavar="P0..P15")
+    v.add_argument("--state", required=True, metavar=pstate_range(),
+                   help=f"{pstate_range()} (P0 is full performance), in any case")
     v = verbs.add_parser("nvlink-error", parents=[target], help="add errors on an NVLink")
-    v.add_argument("--link", type=int, required=True, metavar="N")
-    v.add_argument("--count", type=int, default=1, metavar="N")
+    v.add_argument("--link", type=int, required=True, metavar="N",
+                   help="the NVLink's number on this GPU, 0..17")
+    v.add_argument("--count", type=int, default=1, metavar="N",
+                   help="errors to add to the link's count (default 1)")
     v = verbs.add_parser("fabric-health", parents=[target], help="set the NVLink fabric health")
-    v.add_argument("--state", required=True, metavar="|".join(FABRIC_HEALTH))
+    v.add_argument("--state", required=True, metavar="|".join(FABRIC_HEALTH),
+                   help="the health nvidia-smi -q and NVML's fabric info report")
     v = verbs.add_parser("set", parents=[optional_target], help="set any overridable field",
                          epilog="fields: " + ", ".join(known_paths()))
-    v.add_argument("assignments", nargs="+", metavar="key.path=value")
+    v.add_argument("assignments", nargs="+", metavar="key.path=value",
+                   help="a field and its value, read as YAML (80, true, [1, 2], text)")
     v = verbs.add_parser("status", parents=[optional_target], help="show the overrides in force")
     v.add_argument("--json", action="store_true", help="print the document as JSON")
     verbs.add_parser("reset", parents=[optional_target], help="remove overrides (of one target)")
+    verbs.add_deferred(
+        IB_COUNTER_VERB, IB_COUNTER_SUMMARY,
+        lambda action: importlib.import_module(IB_COUNTER_MODULE).add_verb(action, common))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``mokka ctl`` as a standalone entry point (tests, scripts)."""
-    parser = argparse.ArgumentParser(prog="mokka ctl", description=DESCRIPTION)
+    # no abbreviations, as for ``mokka``'s own parsers (``mokka.cli``)
+    parser = argparse.ArgumentParser(prog="mokka ctl", description=DESCRIPTION,
+                                     allow_abbrev=False)
     add_verbs(parser)
     return run(parser.parse_args(argv))
 
@@ -171,17 +276,20 @@ def run(args: argparse.Namespace) -> int:
     ``update_overrides``, which validates the whole result before writing.
     Without ``--gpu`` a change goes to ``all``.
     """
+    if args.verb == IB_COUNTER_VERB:
+        return importlib.import_module(IB_COUNTER_MODULE).run(args, node_host(args))
     try:
+        host = node_host(args)
         path = overrides_path(args)
         if args.verb == "status":
             # read-only and lock-free: a rename never shows a half-written file
-            return status(path, args)
+            return status(path, args, root=None if host is None else host.root)
         target = None if args.gpu is None else parse_target(args.gpu, path)
         if args.verb == "reset":
-            update_overrides(path, lambda doc: reset(doc, target))
+            change(path, host, lambda doc: reset(doc, target))
         else:
             edit = build_edit(args)
-            update_overrides(path, lambda doc: apply(doc, target or "all", edit))
+            change(path, host, lambda doc: apply(doc, target or "all", edit))
     except (CtlError, SpecError) as exc:
         # one line per problem, each already naming the flag or the field
         problems = exc.problems if isinstance(exc, SpecError) else (str(exc),)
@@ -200,16 +308,46 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def node_host(args: argparse.Namespace) -> Host | None:
+    """The node root's ``Host``; ``None`` with ``--file`` (a file named directly)."""
+    if args.file:
+        return None
+    return Host(Path(args.root or os.environ.get("MOKKA_ROOT") or str(LOCAL_ROOT)))
+
+
 def overrides_path(args: argparse.Namespace) -> Path:
     """The overrides file: ``--file`` as given, else its place under the node root.
 
     The root is mapped through ``Host.resolve``, the daemon's own mapping,
     so both agree on the path and a layout path can never escape the root.
     """
-    if args.file:
-        return Path(args.file)
-    root = args.root or os.environ.get("MOKKA_ROOT") or str(LOCAL_ROOT)
-    return Host(Path(root)).resolve(layout.OVERRIDES)
+    host = node_host(args)
+    return Path(args.file) if host is None else host.resolve(layout.OVERRIDES)
+
+
+def change(path: Path, host: Host | None,
+           edit: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+    """``update_overrides``, through the node root's ``Host`` when there is one.
+
+    Under a root, the lock is converged first (owner ``MANIFEST_OWNERS[1]``,
+    an empty file) so it is recorded before it exists, and the new text is
+    converged as the file (owner ``MANIFEST_OWNERS[0]``) in place of the
+    plain write: two owners, because each converge names the whole set of
+    its owner's paths and the lock is made before the file's text is known.
+    Nothing is created while the config directory is missing:
+    ``update_overrides`` reports that (a wrong ``--root``).
+    """
+    if host is None:
+        update_overrides(path, edit)
+        return
+    file_owner, lock_owner = MANIFEST_OWNERS
+    lock = lock_path(Path(layout.OVERRIDES)).as_posix()
+    if path.parent.is_dir():
+        host.converge(lock_owner, [File(lock, b"", FILE_MODE)])
+    update_overrides(
+        path, edit, root=host.root,
+        store=lambda text: host.converge(file_owner, [File(layout.OVERRIDES, text, FILE_MODE)]),
+    )
 
 
 def parse_target(text: str, path: Path) -> str:
@@ -243,24 +381,37 @@ def parse_target(text: str, path: Path) -> str:
 def _engine_gpus(config: Path) -> dict[str, int] | None:
     """UUID → index from the engine config, or ``None`` when it cannot tell.
 
-    The engine config is flat (``device.<position>.uuid: "GPU-…"``, see
-    ``docs/engine-config.md``); a nested ``devices: [{index, uuid}]`` list is
-    read too.  Any surprise in the file gives ``None`` (no check) rather
-    than a guess, so a format change can never make valid targets fail.
+    The engine config is flat, one ``key: value`` per line (``device.<position>.uuid:
+    "GPU-…"``, see ``docs/engine-config.md``): only its ``format`` line and
+    the GPUs' ``index`` and ``uuid`` lines are read, the way the mock library
+    reads them, not the whole file as YAML (some 180 KiB for eight GPUs,
+    most of the time a ``mokka ctl`` call would take).  A file without such
+    lines is read as YAML, for a nested ``devices: [{index, uuid}]`` list.
+    Any surprise in the file gives ``None`` (no check) rather than a guess,
+    so a format change can never make valid targets fail.
     """
     try:
-        doc = yaml.safe_load(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, TypeError, AttributeError):
-        # (PyYAML raises plain ValueErrors for scalars it cannot build, e.g. ``2024-13-45``)
-        return None
-    if not isinstance(doc, dict):
+        # Bounded like every input; not followed through a symlink, as it sits
+        # beside the overrides file (under the node root, or wherever --file is).
+        text = read_input(config, "the engine config", root=config.parent) or ""
+    except SpecError:
         return None
     flat: dict[str, dict[str, Any]] = {}
-    for key, value in doc.items():
-        match = _ENGINE_DEVICE_KEY.match(str(key))
-        if match:
-            flat.setdefault(match.group(1), {})[match.group(2)] = value
-    entries = list(flat.values()) if flat else doc.get("devices")
+    for position, field, value in _ENGINE_DEVICE_LINE.findall(text):
+        # a later line wins, as in YAML loaders and the library
+        flat.setdefault(position, {})[field] = _engine_value(value)
+    if flat:
+        formats = _ENGINE_FORMAT_LINE.findall(text)
+        # the library refuses a file whose (last) format is not 1
+        if not formats or formats[-1] != "1":
+            return None
+        entries: Any = list(flat.values())
+    else:
+        try:
+            doc = load_yaml(text, str(config))
+        except SpecError:
+            return None
+        entries = doc.get("devices") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         return None
     found: dict[str, int] = {}
@@ -273,6 +424,15 @@ def _engine_gpus(config: Path) -> dict[str, int] | None:
         # the same spelling ``parse_target`` compares with
         found[uuid.lower().replace("gpu-", "GPU-", 1)] = index
     return found or None
+
+
+def _engine_value(text: str) -> int | str | None:
+    """An engine config value ``_engine_gpus`` reads: an index or a string; else ``None``."""
+    if _ENGINE_INT.fullmatch(text):
+        return int(text)
+    if match := _ENGINE_STRING.fullmatch(text):
+        return re.sub(r"\\(.)", r"\1", match.group(1))
+    return None
 
 
 def apply(doc: dict[str, Any], target: str, edit: Edit) -> None:
@@ -315,8 +475,10 @@ def put(section: dict[str, Any], dotted: str, value: Any) -> None:
 
 def new_xid(code: int) -> dict[str, Any]:
     # a random id: each injection is a new Xid, also after a reset of the file
-    # (64 random bits; the compiled Xid id is a hash over it, see compile._xid)
-    return {"code": code, "id": secrets.token_hex(8)}
+    # (64 random bits; the compiled Xid id is a hash over it, see compile._xid).
+    # ``os.urandom``, what ``secrets.token_hex`` reads, without importing
+    # ``secrets`` (and ``random``) into every ``mokka ctl`` call.
+    return {"code": code, "id": os.urandom(8).hex()}
 
 
 def build_edit(args: argparse.Namespace) -> Edit:
@@ -371,7 +533,12 @@ def build_edit(args: argparse.Namespace) -> Edit:
         return lambda s: s.__setitem__(
             "clocks_throttle_reasons", {r: r in active for r in THROTTLE_REASONS})
     if verb == "pstate":
-        state = args.state.upper()
+        # checked here, once for the flag: the schema would report each of the
+        # two fields it is written to
+        state = args.state.strip().upper()
+        if state not in PSTATES:
+            raise CtlError(f"--state: {args.state!r} is not a performance state, "
+                           f"expected {pstate_range()}")
         def pstate(s: dict[str, Any]) -> None:
             # NVML has two getters for the same thing (GetPerformanceState and
             # the older GetPowerState); both must agree.
@@ -451,7 +618,7 @@ def _assignment(text: str) -> tuple[str, Any]:
         # 1.1's base-60 numbers (``1:20`` is text, not 80), and a value the
         # loader cannot build (``2024-13-45``, ``!!int x``, ``&a [*a]``) is a
         # ``SpecError`` there rather than a ``ValueError`` or a cycle.
-        value = checks.load_yaml(raw, "value") if raw.strip() else raw
+        value = load_yaml(raw, "value") if raw.strip() else raw
     except SpecError:
         value = raw
     return key, value
@@ -460,14 +627,17 @@ def _assignment(text: str) -> tuple[str, Any]:
 # ---- status ----------------------------------------------------------------
 
 
-def status(path: Path, args: argparse.Namespace) -> int:
+def status(path: Path, args: argparse.Namespace, *, root: Path | None = None) -> int:
     """Print the overrides in force: one ``TARGET FIELD VALUE`` row per leaf, or JSON.
 
     With ``--gpu`` only that target's own section is shown; what ``all``
     adds to it is not merged in, because the file (not the merge) is what
-    ``set`` and ``reset`` act on.  Reading an invalid file is a ``SpecError``.
+    ``set`` and ``reset`` act on.  Reading an invalid file is a ``SpecError``;
+    a missing config directory is a ``MokkaError``, as for every writer
+    (``require_config_dir``): "no overrides" is said only of a staged node.
     """
-    overrides = load_overrides(path)
+    require_config_dir(path)
+    overrides = load_overrides(path, root=root)
     doc = overrides.to_mapping() if overrides is not None else {"version": 1}
     if args.gpu is not None:
         target = parse_target(args.gpu, path)

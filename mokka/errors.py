@@ -47,3 +47,18 @@ class ApplyError(MokkaError):
 
 class CommandError(MokkaError):
     """A host command (systemctl, nvidia-ctk, ...) failed."""
+
+
+class UntrustedBookkeepingError(HostPathError):
+    """A manifest, journal or backup someone other than the daemon could have written.
+
+    Acting on it would let that someone steer what the daemon (usually root)
+    creates or deletes under the node root, so nothing in it is acted on.
+    """
+
+
+class HostFaultError(MokkaError):
+    """An expected filesystem fault under the node root (full, read-only, no permission, gone).
+
+    Not a bug: one line says which path and why, and the pass is retried.
+    """

@@ -18,10 +18,21 @@ what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
   simulators write into the same parents, concurrently), so whichever owner
   is discarded last removes it,
 * backs up a pre-existing file it is asked to overwrite and restores it on
-  discard, so teardown leaves the node byte for byte as it was found.
+  discard, so teardown leaves the node byte for byte as it was found,
+* keeps that bookkeeping private (0700/0600 whatever the umask) and refuses
+  to act on any of it that someone else could have written
+  (``mokka.manifest``),
+* turns the faults a node root can be expected to have (full, read-only, not
+  ours to write, gone) into one ``HostFaultError`` line naming the path,
+  instead of a traceback,
+* remembers what each owner's last converge left (``settled.Settled``),
+  so a converge that asks for the same again costs one ``lstat`` per path
+  when nothing drifted, and one that changes a few paths does not look at
+  the others again.
 
 The artifact types live in ``mokka.artifacts``, the manifest in
-``mokka.manifest`` and one converge call's work in ``mokka.convergence``;
+``mokka.manifest``, path mapping in ``mokka.noderoot`` and one converge
+call's work in ``mokka.convergence`` (which imports none of this module);
 the artifact types are re-exported here, the one module simulators import.
 All methods are blocking; simulators call them through
 ``trio.to_thread.run_sync`` once per batch (one thread hop per surface, not
@@ -31,10 +42,11 @@ per file).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
-import stat
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -52,10 +64,29 @@ from mokka.artifacts import (
     File,
     Symlink,
 )
-from mokka.convergence import Convergence, rmdir_empty_tree
-from mokka.errors import CommandError, HostPathError, MokkaError
+from mokka.convergence import Convergence
+from mokka.errors import (
+    CommandError,
+    HostFaultError,
+    HostPathError,
+    MokkaError,
+    UntrustedBookkeepingError,
+)
+from mokka.fsops import rmdir_empty_tree
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import Manifest
+from mokka.manifest import (
+    TMP_SUFFIX,
+    Manifest,
+    check_private_dir,
+    is_node_path,
+    make_private_dir,
+    read_private,
+    write_private,
+    write_private_replacing,
+)
+from mokka.noderoot import NodeRoot
+from mokka.noderoot import norm as node_norm
+from mokka.settled import Settled
 
 __all__ = [
     "STATE_DIR",
@@ -72,10 +103,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-#: Bound on symlink hops while resolving a path (Linux uses 40 too).
-_MAX_SYMLINKS = 40
 
 
 # --------------------------------------------------------------------------
@@ -129,12 +156,22 @@ class Host:
     #: flight, removed by the last one out when no manifest remains.
     _state_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _state_users: int = attrs.field(default=0, init=False)
+    #: Serialises every owner's "share or create" and "remove and forget" of
+    #: directories (``mokka.convergence``); file writes stay concurrent.
+    dirs_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    #: Path mapping beneath the root (shared with ``Convergence``).
+    paths: NodeRoot = attrs.field(init=False)
+    #: What each owner's last successful converge left (see ``Settled``).
+    _settled: dict[str, Settled] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.paths = NodeRoot(self.root)
 
     @contextlib.contextmanager
     def _state_in_use(self) -> Iterator[None]:
         with self._state_lock:
-            self._state_users += 1
             self._ensure_state_dir()
+            self._state_users += 1
         try:
             yield
         finally:
@@ -147,69 +184,24 @@ class Host:
 
     @property
     def state_dir(self) -> Path:
-        """Mokka's bookkeeping directory (manifests, backups) under the root."""
-        return self.resolve(STATE_DIR)
+        """Mokka's bookkeeping directory (manifests, backups), really, beneath the root.
+
+        Followed to the end: ``var/lib/mokka`` may be a symlink (to
+        ``/data/mokka``, re-rooted), and what is created and removed is the
+        directory it names.
+        """
+        return self.resolve(STATE_DIR, follow_last=True)
 
     def resolve(self, path: str | os.PathLike[str], *, follow_last: bool = False) -> Path:
-        """Map a node path (``/var/run/cdi/x`` or ``var/run/cdi/x``) beneath the root.
+        """Map a node path beneath the root, links followed inside it (``NodeRoot.resolve``).
 
-        Symlinks met on the way are followed *inside* the root, the way the
-        host itself would see them: an absolute target is re-rooted (on a
-        real host ``/host/var/run → /run`` means ``/host/run``), a relative
-        target is spliced in.  Anything that would climb above the root,
-        ``..`` in the request itself, or a relative link like
-        ``../../../etc``, raises ``HostPathError``: nothing a profile or a
-        planted link says can make the daemon write outside its root.  The
-        last component is not followed unless ``follow_last`` (we create,
-        replace or remove *that* entry).
+        Nothing a profile or a planted link says can make the daemon write
+        outside its root: a request with ``..``, or a link that would climb
+        above the root, raises ``HostPathError``.  The last component is not
+        followed unless ``follow_last`` (we create, replace or remove *that*
+        entry).
         """
-        raw = os.fspath(path)
-        if "\x00" in raw:
-            raise HostPathError(f"{raw!r}: NUL byte in path")
-        parts = _components(raw)
-        if any(p == ".." for p in parts):
-            raise HostPathError(f"{raw}: '..' is not allowed in node paths")
-        if not parts:
-            return self.root
-        resolved: list[str] = []
-        pending = list(parts)
-        hops = 0
-        while pending:
-            name = pending.pop(0)
-            if name == "..":
-                if not resolved:
-                    raise HostPathError(f"{raw}: a symlink on the way climbs above the node root")
-                resolved.pop()
-                continue
-            candidate = self.root.joinpath(*resolved, name)
-            is_last = not pending
-            if is_last and not follow_last:
-                resolved.append(name)
-                break
-            try:
-                st = os.lstat(candidate)
-            except (FileNotFoundError, NotADirectoryError):
-                # Missing, or under a non-directory: the rest is taken as
-                # written, and whatever uses the path gets the real error
-                # (``exists`` answers False, a write fails with ENOTDIR).
-                resolved.append(name)
-                resolved.extend(pending)
-                break
-            if stat.S_ISLNK(st.st_mode):
-                hops += 1
-                if hops > _MAX_SYMLINKS:
-                    raise HostPathError(f"{raw}: too many symlinks")
-                target = os.readlink(candidate)
-                if target.startswith("/"):
-                    resolved = []
-                pending = _components(target) + pending
-                continue
-            resolved.append(name)
-        result = self.root.joinpath(*resolved)
-        # Belt and braces: the walk above never yields a path outside the root.
-        if os.path.commonpath([self.root, result]) != str(self.root):
-            raise HostPathError(f"{raw}: resolves outside the node root")
-        return result
+        return self.paths.resolve(path, follow_last=follow_last)
 
     def exists(self, path: str) -> bool:
         """Whether a node path exists (a dangling link counts); an escaping path does not."""
@@ -243,43 +235,130 @@ class Host:
         """Where every owner's manifest and journal live."""
         return self.resolve(STATE_DIR + "/manifests", follow_last=True)
 
+    @property
+    def _parents_marker(self) -> Path:
+        """The record of the state directory's ancestors a converge created.
+
+        At the top of the root, not in the state directory: the ancestors
+        are removed *after* the state directory, and a record inside it would
+        be gone by then, so a kill between the two would leave ``/var/lib``
+        behind with nothing saying it was ours.  It exists only while such
+        ancestors do (an empty root: tests, a local run; never on a real host).
+        """
+        return self.root / ".mokka-created-parents.json"
+
     def _ensure_state_dir(self) -> None:
-        """Create the state directory, remembering which ancestors were ours.
+        """Create the private state directory, recording first which ancestors will be ours.
 
         On an empty root (tests, a local run) ``/var`` and ``/var/lib`` do not
-        exist; recording them lets the last discard remove them again, so the
-        root ends exactly as it started.
+        exist; recording them (before they are made, like every manifest
+        entry) lets the last discard remove them again, so the root ends
+        exactly as it started.  The ancestors are node directories (0755);
+        the state directory itself is 0700, whatever the umask.  One that
+        exists is checked instead: refused unless private and ours.
         """
         state = self.state_dir
-        if state.is_dir():
+        if check_private_dir(state):
             return
-        created: list[str] = []
-        parts = STATE_DIR.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            rel = "/" + "/".join(parts[:i])
-            real = self.resolve(rel, follow_last=True)
-            if not real.is_dir():
-                real.mkdir(mode=0o755)
-                created.append(rel)
-        (state / "created-parents.json").write_text(json.dumps(created))
+        parts = state.relative_to(self.root).parts
+        missing = [
+            "/" + "/".join(parts[:i])
+            for i in range(1, len(parts))
+            if not os.path.isdir(self.root.joinpath(*parts[:i]))
+        ]
+        if missing:
+            recorded = self._created_parents()
+            data = json.dumps(recorded + missing).encode()
+            if recorded:  # left by a process killed while removing them
+                write_private_replacing(self._parents_marker, data)
+            else:
+                write_private(self._parents_marker, data)
+        for rel in missing:
+            real = self.root / rel.lstrip("/")
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(real, 0o755)
+                os.chmod(real, 0o755)
+        make_private_dir(state)
 
     def _cleanup_state_dir(self) -> None:
-        """Remove the state directory (and the ancestors it created) once it records nothing."""
+        """Remove the state directory, then the ancestors it created, once it records nothing.
+
+        Also finishes the job of a process killed half way through it: the
+        state directory gone, the ancestors (and their record) not yet.
+        """
         state = self.state_dir
-        manifests = self._manifest_dir()
-        if manifests.is_dir() and any(manifests.iterdir()):
-            return
-        backups = state / "backups"
-        if backups.is_dir() and any(p.is_file() for p in backups.rglob("*")):
-            return  # a backup still waits to be restored
-        marker = state / "created-parents.json"
-        created = json.loads(marker.read_text()) if marker.is_file() else []
-        marker.unlink(missing_ok=True)
-        rmdir_empty_tree(state)
+        if check_private_dir(state):
+            if self.leftovers():
+                return  # a manifest or a backup still waits for its owner's discard
+            for probe in state.glob(".mknod-probe-*"):
+                # The device-node probe's scratch directory, left by a kill mid-probe.
+                shutil.rmtree(probe, ignore_errors=True)
+            legacy = self._created_parents(state / _LEGACY_PARENTS_MARKER)
+            if legacy:
+                # An earlier release kept the record inside: move it out first.
+                merged = self._created_parents() + legacy
+                write_private_replacing(self._parents_marker, json.dumps(merged).encode())
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(state / _LEGACY_PARENTS_MARKER)
+            rmdir_empty_tree(state)
+            if os.path.lexists(state):
+                return
+        if not os.path.lexists(self._parents_marker):
+            return  # (checked first: on a read-only root, unlink says EROFS, not ENOENT)
+        created = self._created_parents()
         for rel in sorted(created, key=lambda r: -r.count("/")):
             # OSError: something else now lives there, so it stays.
             with contextlib.suppress(OSError):
-                self.resolve(rel, follow_last=True).rmdir()
+                os.rmdir(self.root / rel.lstrip("/"))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._parents_marker)
+
+    def _created_parents(self, marker: Path | None = None) -> list[str]:
+        """The recorded ancestors of the state directory (checked: ancestors, nothing else)."""
+        marker = marker or self._parents_marker
+        raw = read_private(marker)
+        if raw is None:
+            return []
+        try:
+            created = json.loads(raw)
+        except json.JSONDecodeError:
+            created = None
+        state_rel = "/" + self.state_dir.relative_to(self.root).as_posix()
+        if not isinstance(created, list) or not all(
+            is_node_path(p) and state_rel.startswith(p + "/") for p in created
+        ):
+            raise UntrustedBookkeepingError(
+                f"{marker}: expected a list of the directories above {state_rel}; "
+                "nothing in this file is acted on"
+            )
+        return created
+
+    def leftovers(self) -> list[str]:
+        """Node paths of bookkeeping still waiting: manifests, journals, temp files, backups."""
+        try:
+            state = self.state_dir
+            if not check_private_dir(state):
+                return []
+        except (HostPathError, OSError):
+            return []
+        left: list[str] = []
+        for sub in ("manifests", "backups"):
+            for dirpath, _dirnames, filenames in os.walk(state / sub):
+                for name in sorted(filenames):
+                    rel = (Path(dirpath) / name).relative_to(self.root).as_posix()
+                    left.append("/" + rel)
+        return sorted(left)
+
+    def _has_bookkeeping(self, owner: str) -> bool:
+        """Whether ``owner`` has a manifest, journal or temp snapshot under the root."""
+        try:
+            directory = self._manifest_dir()
+        except HostPathError:
+            return False
+        return any(
+            os.path.lexists(directory / f"{owner}{suffix}")
+            for suffix in (".json", ".journal", TMP_SUFFIX)
+        )
 
     def owned(self, owner: str) -> dict[str, str]:
         """The paths ``owner`` currently owns (path → kind), as persisted."""
@@ -287,75 +366,192 @@ class Host:
             return dict(Manifest.load(owner, self._manifest_dir()).entries)
 
     def converge(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
-        """Make ``owner``'s part of the node exactly ``artifacts``; see the module docstring."""
+        """Make ``owner``'s part of the node exactly ``artifacts``; see the module docstring.
+
+        Discarding an owner that has no bookkeeping writes nothing at all:
+        a teardown on a root the daemon never wrote to (read-only, not
+        enterable) succeeds without touching it.
+        """
         _check_owner(owner)
         wanted = list(artifacts)
-        with self._lock(owner), self._state_in_use():
+        with self._lock(owner):
+            settled = self._settled.pop(owner, None)
+            if wanted and settled is not None and settled.holds(wanted):
+                # The drift check of a pass that changes nothing (``Settled``).
+                self._settled[owner] = settled
+                return ConvergeReport(degraded=settled.degraded)
+            if not wanted and not self._has_bookkeeping(owner):
+                if os.path.lexists(self._parents_marker):
+                    with self._state_lock:
+                        if self._state_users == 0:
+                            self._cleanup_state_dir()  # what a killed process left
+                return ConvergeReport()
+            try:
+                return self._converge(owner, wanted, settled)
+            except OSError as exc:
+                fault = self._fault(owner, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
+
+    def _converge(
+        self, owner: str, wanted: list[Artifact], settled: Settled | None
+    ) -> ConvergeReport:
+        if not os.path.isdir(self.root):
+            raise HostFaultError(f"{owner}: the node root {self.root} is gone")
+        with self._state_in_use():
             manifest = Manifest.load(owner, self._manifest_dir())
-            work = Convergence(self, manifest)
+            work = Convergence(
+                paths=self.paths,
+                manifest=manifest,
+                dirs_lock=self.dirs_lock,
+                manifest_dir=self._manifest_dir(),
+                state_dir=self.state_dir,
+                run=self.run,
+                previous=settled,
+            )
             wanted_paths: set[str] = set()
             try:
-                for art in wanted:
-                    norm = _norm(art.path)
-                    wanted_paths.add(norm)
-                    work.put(art, norm)
+                try:
+                    for art in wanted:
+                        norm = node_norm(art.path)
+                        wanted_paths.add(norm)
+                        work.put(art, norm)
+                    work.commit()
+                except BaseException:
+                    work.abandon()
+                    raise
                 work.remove_unwanted(wanted_paths)
             finally:
                 # The journal already records what happened; an error leaves
                 # it for the next converge (or a fresh process) to fold in.
                 manifest.close()
-            manifest.compact()
+            try:
+                manifest.compact()
+            except OSError as exc:
+                if exc.errno not in _EXPECTED_FAULTS:
+                    raise
+                # The work is done and the journal records it all.
+                logger.warning(
+                    "%s: could not fold the journal into %s: %s; the journal keeps the record",
+                    owner, self._node_path(manifest.snapshot_path), exc.strerror,
+                )
+            if wanted:
+                self._settled[owner] = work.settled(wanted)
             return work.report()
+
+    def _node_path(self, real: str | os.PathLike[str] | None) -> str:
+        """A real path beneath the root as the node path it is (others as they are)."""
+        if real is None:
+            return "?"
+        path = Path(os.fsdecode(real))
+        try:
+            return "/" + path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+    def _fault(self, owner: str, exc: OSError) -> HostFaultError | None:
+        """An expected fault as one line (which path, what, what it means); ``None``: a bug."""
+        gone = exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.isdir(self.root)
+        if exc.errno not in _EXPECTED_FAULTS and not gone:
+            return None
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        if gone:
+            meaning = f"the node root {self.root} is gone"
+        else:
+            meaning = _EXPECTED_FAULTS[exc.errno].format(uid=os.geteuid())
+        return HostFaultError(
+            f"{owner}: {self._node_path(exc.filename)}: {exc.strerror} ({code}): {meaning}"
+        )
 
     def discard(self, owner: str) -> ConvergeReport:
         """Remove everything ``owner`` created (also by an earlier process); restore backups."""
         return self.converge(owner, ())
+
+    def owners(self) -> list[str]:
+        """Every owner with bookkeeping under the root (what ``discard_all`` goes through)."""
+        try:
+            return self._owners_in(self._manifest_dir())
+        except HostPathError:
+            return []
+
+    @staticmethod
+    def _owners_in(directory: Path) -> list[str]:
+        if not check_private_dir(directory):
+            return []
+        return sorted({
+            name.removesuffix(suffix)
+            for name in os.listdir(directory)
+            for suffix in (".json", ".journal", TMP_SUFFIX)
+            if name.endswith(suffix) and name != suffix
+        })
 
     def discard_all(self) -> ConvergeReport:
         """Discard every owner with a manifest (``mokka cleanup``).
 
         Every owner is tried even when one fails (the manual recovery must
         not stop at the first stuck path); the failures are raised together
-        afterwards, as one ``HostPathError`` naming each owner.
+        afterwards, as one ``HostPathError`` naming each owner and every
+        bookkeeping file still left (a half-written snapshot included).
         """
-        directory = self._manifest_dir()
-        owners = sorted(
-            {p.name.rsplit(".", 1)[0] for p in directory.glob("*.json")}
-            | {p.name.rsplit(".", 1)[0] for p in directory.glob("*.journal")}
-        ) if directory.is_dir() else []
+        try:
+            directory = self._manifest_dir()
+        except HostPathError as exc:
+            # A link on the way leads out of the root: no bookkeeping of ours
+            # can be there (nothing was ever written through it).
+            logger.warning("no Mokka bookkeeping under %s to discard: %s", self.root, exc)
+            return ConvergeReport()
+        owners = self._owners_in(directory)
         removed: list[str] = []
         failures: list[str] = []
+        failed: set[str] = set()
         for owner in owners:
             try:
                 removed.extend(self.discard(owner).removed)
             except (OSError, MokkaError) as exc:
                 logger.warning("could not discard everything of %s: %s", owner, exc)
                 failures.append(f"{owner}: {exc}")
+                failed.add(owner)
+        with self._state_lock:
+            if self._state_users == 0:
+                # Finish what a process killed while removing the state
+                # directory left: no owner is left to do it in its discard.
+                self._cleanup_state_dir()
+        # What a failed owner keeps is said above; anything else is news.
+        left = [p for p in self.leftovers() if _bookkeeping_owner(p) not in failed]
+        if left:
+            failures.append(f"left under the root: {', '.join(left)}")
         if failures:
             raise HostPathError("; ".join(failures))
         return ConvergeReport(removed=tuple(removed))
+
+
+#: Where releases before the record moved to the top of the root kept it (in the state directory).
+_LEGACY_PARENTS_MARKER = "created-parents.json"
+
+#: Faults a node root can be expected to have, and what each means for the operator.
+_EXPECTED_FAULTS: dict[int, str] = {
+    errno.ENOSPC: "the filesystem holding the node root is full",
+    errno.EDQUOT: "the disk quota of the node root is used up",
+    errno.EROFS: "the node root is on a read-only filesystem",
+    errno.EACCES: "the daemon (uid {uid}) may not write there",
+    errno.EPERM: "the daemon (uid {uid}) may not change that",
+}
+
+
+def _bookkeeping_owner(path: str) -> str:
+    """The owner a bookkeeping file belongs to (``manifests/<owner>.*``, ``backups/<owner>/*``)."""
+    parts = path.split("/")
+    if len(parts) >= 3 and parts[-3] == "backups":
+        return parts[-2]
+    name = parts[-1]
+    for suffix in (TMP_SUFFIX, ".json", ".journal"):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
 
 
 def _check_owner(owner: str) -> None:
     """Owner names become manifest file names: no separators, no hidden files."""
     if not owner or "/" in owner or owner.startswith("."):
         raise ValueError(f"invalid owner name {owner!r}")
-
-
-def _norm(path: str) -> str:
-    """One spelling per node path: absolute, no trailing slash, no '.' parts."""
-    parts = _components(path)
-    if not parts or any(p == ".." for p in parts):
-        raise HostPathError(f"{path}: not a valid node path")
-    return "/" + "/".join(parts)
-
-
-def _components(path: str) -> list[str]:
-    """The names in a node path or link target, without empty and '.' parts ('..' stays).
-
-    Split by hand rather than with ``PurePosixPath``: POSIX lets a path start
-    with exactly two slashes mean something else, so ``PurePosixPath`` keeps
-    ``//`` as a root of its own, which ``Path.joinpath`` then takes for the
-    host's ``/``.  Under the node root, ``//var`` is ``/var``, like ``///var``.
-    """
-    return [p for p in path.split("/") if p not in ("", ".")]

@@ -27,6 +27,13 @@ CONFIG_DIR = f"{DRIVER_ROOT}/config"
 ENGINE_CONFIG = f"{CONFIG_DIR}/config.yaml"
 DRIVER_TOPOLOGY = f"{CONFIG_DIR}/topology.yaml"
 OVERRIDES = f"{CONFIG_DIR}/overrides.yaml"
+#: Who holds each GPU (the workload simulator, from the kubelet), read by
+#: the library beside the engine config.
+WORKLOAD_CONFIG = f"{CONFIG_DIR}/workload.yaml"
+#: The change notice: an 8-byte counter the daemon bumps in place after it
+#: renamed a new engine config or workload file into place; the library maps
+#: it and re-reads on the next call (docs/engine-config.md, "Change notice").
+CONFIG_GENERATION = f"{CONFIG_DIR}/generation"
 #: Fake sysfs (pcibus).
 SYS_ROOT = f"{STATE_ROOT}/sys"
 #: Mock InfiniBand tree (ib): stands for ``/`` under ``libmockfs.so``, so it

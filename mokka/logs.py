@@ -2,8 +2,10 @@
 
 Text lines read ``ts level logger msg key=value ...`` where the key/value
 pairs are the record's ``extra=`` fields; JSON lines carry the same fields as
-one object.  A traceback is folded into the same line (``exc=...``) so a log
-collector never splits one record into many.  Stdout, not stderr: container
+one object.  Text is for people: a traceback follows its line as the block
+Python prints (one line of ``\n`` escapes is unreadable).  JSON is for
+collectors: the traceback is the ``exc`` field of the one object, so a record
+is never split into many.  Stdout, not stderr: container
 runtimes collect both, and the kubelet's log rotation treats them alike, but
 the pod's log then reads in order.
 """
@@ -42,17 +44,21 @@ def _text_value(value: Any) -> str:
 
 
 class TextFormatter(logging.Formatter):
-    """``ts level logger msg key=value ...`` on one line."""
+    """``ts level logger msg key=value ...`` on one line, then a traceback's block if any."""
 
     def format(self, record: logging.LogRecord) -> str:
-        """One line: newlines in the message are escaped, extras follow as ``key=value``."""
+        """Newlines in the message are escaped, extras follow as ``key=value``; a
+        traceback follows on its own lines, each indented so it reads as part of
+        the record above it."""
         message = record.getMessage().replace("\n", "\\n")
         parts = [_timestamp(record), record.levelname, record.name, message]
         fields = extra_fields(record)
-        if record.exc_info:
-            fields["exc"] = self.formatException(record.exc_info)
         parts.extend(f"{key}={_text_value(value)}" for key, value in fields.items())
-        return " ".join(parts)
+        line = " ".join(parts)
+        if record.exc_info:
+            block = self.formatException(record.exc_info)
+            line += "\n" + "\n".join(f"    {text}" for text in block.splitlines())
+        return line
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,17 +1,202 @@
-"""The manifest: what one owner created under the node root.
+"""The manifest: what one owner created under the node root, and the trust put in it.
 
 Kept apart from ``mokka.host`` (which decides *what* to create) because its
-one job is durability: the record of a path is written before the path
-exists, so a fresh process can discard what a killed one left behind.
+one job is the bookkeeping itself:
+
+* durability: the record of a path is written before the path exists, so a
+  fresh process can discard what a killed one left behind;
+* privacy: every bookkeeping directory is created 0700 and every file 0600
+  whatever the umask, because the daemon (usually root) acts on what they
+  say: a journal line makes teardown delete a path, a backup makes it create
+  a file with a recorded mode;
+* trust: before anything in a manifest, journal or backup is acted on, the
+  file and its directory must be owned by the daemon's uid (or root) and not
+  writable by group or others, and every record must be one the daemon could
+  have written (a node path beneath the root, outside the bookkeeping, of a
+  kind it knows).  Anything else is refused with ``UntrustedBookkeepingError``
+  naming the file and why, and *nothing* from that file is acted on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import os
+import re
+import stat
 from pathlib import Path
 
 import attrs
+
+from mokka.errors import UntrustedBookkeepingError
+from mokka.layout import MOKKA_STATE_DIR
+
+logger = logging.getLogger(__name__)
+
+#: Modes of Mokka's own bookkeeping: nobody but the daemon reads or writes it.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+#: What a manifest records a path as (``mokka.convergence`` notes these).
+KINDS = frozenset({"file", "symlink", "device", "dir"})
+#: A backup's name: the first 32 hex digits of the sha256 of its node path.
+_BACKUP_NAME = re.compile(r"[0-9a-f]{32}")
+#: Suffix of a snapshot being written (``compact``); a kill can leave one.
+TMP_SUFFIX = ".json.tmp"
+
+
+# --------------------------------------------------------------------------
+# Private files and directories, and the check that they still are
+# --------------------------------------------------------------------------
+
+
+def trusted_uids() -> frozenset[int]:
+    """The owners bookkeeping may have: the daemon's effective uid, and root."""
+    return frozenset({0, os.geteuid()})
+
+
+def check_private(path: Path, st: os.stat_result, *, directory: bool) -> None:
+    """Refuse bookkeeping that is not what the daemon made it: type, owner, mode.
+
+    ``st`` comes from ``lstat`` (or ``fstat`` of a descriptor opened with
+    ``O_NOFOLLOW``): a symlink standing where a journal or the manifest
+    directory should be is refused too, since its target is someone's choice.
+    """
+    want = "a directory" if directory else "a regular file"
+    is_right_type = stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)
+    if not is_right_type:
+        raise UntrustedBookkeepingError(
+            f"{path}: Mokka bookkeeping is not {want} (a symlink or something else stands "
+            "there); refusing to act on it"
+        )
+    if st.st_uid not in trusted_uids():
+        raise UntrustedBookkeepingError(
+            f"{path}: Mokka bookkeeping owned by uid {st.st_uid}, expected {_expected_owner()}; "
+            "someone else could have written it, so "
+            "nothing in it is acted on (check it, then fix its owner or remove it)"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        wanted = PRIVATE_DIR_MODE if directory else PRIVATE_FILE_MODE
+        raise UntrustedBookkeepingError(
+            f"{path}: Mokka bookkeeping has mode {stat.S_IMODE(st.st_mode):04o}, writable by "
+            "group or others; someone else could have written it, so nothing in it is acted "
+            f"on (check it, then chmod it {wanted:04o}"
+            " or remove it)"
+        )
+
+
+def _expected_owner() -> str:
+    euid = os.geteuid()
+    return "uid 0 (root, the daemon)" if euid == 0 else f"uid {euid} (the daemon) or 0 (root)"
+
+
+def check_private_dir(path: Path) -> bool:
+    """Whether the bookkeeping directory ``path`` exists; refused when it is not private."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    check_private(path, st, directory=True)
+    return True
+
+
+def make_private_dir(path: Path) -> None:
+    """Create a bookkeeping directory 0700 (whatever the umask), or check the one there."""
+    try:
+        os.mkdir(path, PRIVATE_DIR_MODE)
+    except FileExistsError:
+        check_private_dir(path)
+        return
+    # mkdir honours the umask, which could only have removed bits; chmod is
+    # for the record: the mode is the one the check expects, exactly.
+    os.chmod(path, PRIVATE_DIR_MODE)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a new bookkeeping file 0600; a failure (ENOSPC) leaves no partial file.
+
+    ``O_EXCL | O_NOFOLLOW``: a name someone planted (a link to ``/etc/shadow``)
+    makes the write fail instead of writing through it.
+    """
+    fd = os.open(
+        path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE
+    )
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+
+
+def write_private_replacing(path: Path, data: bytes) -> None:
+    """Write a bookkeeping file whole, replacing the one there atomically (temp and rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    write_private(tmp, data)
+    os.replace(tmp, path)
+
+
+def read_private(path: Path) -> bytes | None:
+    """A bookkeeping file's content once it passed ``check_private``; ``None`` when absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+            check_private(path, os.lstat(path), directory=False)
+        raise
+    try:
+        check_private(path, os.fstat(fd), directory=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+# --------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------
+
+
+def is_node_path(path: object) -> bool:
+    """Whether ``path`` is a node path as the host spells it: ``/a/b``, no '.', '..', '//'."""
+    if not isinstance(path, str) or not path.startswith("/") or "\x00" in path:
+        return False
+    parts = path[1:].split("/")
+    return all(p not in ("", ".", "..") for p in parts)
+
+
+def _in_bookkeeping(path: str) -> bool:
+    """Whether ``path`` is Mokka's state directory or under it (never an owner's artifact)."""
+    return path == MOKKA_STATE_DIR or path.startswith(MOKKA_STATE_DIR + "/")
+
+
+def _check_entry(source: Path, where: str, path: object, kind: object, backup: object) -> None:
+    """One recorded path, as the daemon could have written it; else refuse ``source``."""
+    def refuse(problem: str) -> UntrustedBookkeepingError:
+        return UntrustedBookkeepingError(
+            f"{source}: {where}: {problem}; nothing in this file is acted on"
+        )
+
+    if not is_node_path(path):
+        raise refuse(f"path {path!r} is not a node path, expected '/dir/name' without '.' or '..'")
+    if _in_bookkeeping(path):  # type: ignore[arg-type]
+        raise refuse(f"path {path} lies in Mokka's own bookkeeping, expected an artifact path")
+    if kind not in KINDS:
+        raise refuse(f"kind {kind!r} of {path}, expected one of {', '.join(sorted(KINDS))}")
+    if backup not in ("", None) and not (
+        isinstance(backup, str) and _BACKUP_NAME.fullmatch(backup)
+    ):
+        raise refuse(f"backup {backup!r} of {path}, expected 32 hex digits")
 
 
 @attrs.define(eq=False)
@@ -32,6 +217,12 @@ class Manifest:
     backups: dict[str, str] = attrs.field(factory=dict)  # path -> backup file name
     #: The journal, open for appending while this converge notes paths.
     _journal: int | None = attrs.field(default=None, init=False, repr=False)
+    #: The journal may end in half a record (a failed or short write): the
+    #: next record starts on a line of its own.
+    _torn: bool = attrs.field(default=False, init=False, repr=False)
+    #: Whether a journal was found or written: without one, the snapshot
+    #: already says everything and ``compact`` has nothing to fold.
+    _journaled: bool = attrs.field(default=False, init=False, repr=False)
 
     @property
     def snapshot_path(self) -> Path:
@@ -41,49 +232,108 @@ class Manifest:
     def journal_path(self) -> Path:
         return self.directory / f"{self.owner}.journal"
 
+    @property
+    def tmp_path(self) -> Path:
+        return self.directory / f"{self.owner}{TMP_SUFFIX}"
+
     @classmethod
     def load(cls, owner: str, directory: Path) -> Manifest:
+        """Read the snapshot and journal, refusing both unless private and well formed.
+
+        A snapshot a killed compaction left half written (``<owner>.json.tmp``)
+        is removed: the journal it was folding in is still there.  The caller
+        holds the owner's lock, and the node lock keeps other processes out.
+        """
         manifest = cls(owner=owner, directory=directory)
-        if manifest.snapshot_path.exists():
-            data = json.loads(manifest.snapshot_path.read_text())
-            manifest.entries = dict(data.get("entries", {}))
-            manifest.backups = dict(data.get("backups", {}))
-        if manifest.journal_path.exists():
-            for line in manifest.journal_path.read_text().splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line from a killed process
-                op, path = record["op"], record["path"]
-                if op == "add":
-                    manifest.entries[path] = record["kind"]
-                    if record.get("backup"):
-                        manifest.backups[path] = record["backup"]
-                elif op == "remove":
-                    manifest.entries.pop(path, None)
-                    manifest.backups.pop(path, None)
+        if not check_private_dir(directory):
+            return manifest
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(manifest.tmp_path)
+        snapshot = read_private(manifest.snapshot_path)
+        if snapshot is not None:
+            manifest._fold_snapshot(snapshot)
+        journal = read_private(manifest.journal_path)
+        if journal is not None:
+            manifest._fold_journal(journal)
+            manifest._journaled = True
         return manifest
 
-    def note(self, op: str, path: str, kind: str = "", backup: str = "") -> None:
-        record = {"op": op, "path": path}
-        if kind:
-            record["kind"] = kind
-        if backup:
-            record["backup"] = backup
-        if self._journal is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._journal = os.open(
-                self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+    def _fold_snapshot(self, raw: bytes) -> None:
+        source = self.snapshot_path
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            # Written whole and renamed into place: damage is not a torn write.
+            raise UntrustedBookkeepingError(
+                f"{source}: not valid JSON ({exc}); nothing in this file is acted on"
+            ) from None
+        entries = data.get("entries", {}) if isinstance(data, dict) else None
+        backups = data.get("backups", {}) if isinstance(data, dict) else None
+        if not isinstance(entries, dict) or not isinstance(backups, dict):
+            raise UntrustedBookkeepingError(
+                f"{source}: expected an object with 'entries' and 'backups' objects; "
+                "nothing in this file is acted on"
             )
-            if os.fstat(self._journal).st_size and not _ends_with_newline(self.journal_path):
-                # A killed process left half a line: end it, or this record
-                # would be glued to it and skipped with it by ``load``.
-                os.write(self._journal, b"\n")
-        # One write per record: a reader (another owner's converge) never
-        # sees half a line from a complete write.
-        os.write(self._journal, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        for path, kind in entries.items():
+            _check_entry(source, f"entries[{path!r}]", path, kind, backups.get(path, ""))
+        for path in backups:
+            if path not in entries:
+                raise UntrustedBookkeepingError(
+                    f"{source}: backups[{path!r}]: a backup of a path the entries do not list; "
+                    "nothing in this file is acted on"
+                )
+        self.entries = dict(entries)
+        self.backups = dict(backups)
+
+    def _fold_journal(self, raw: bytes) -> None:
+        source = self.journal_path
+        checked: list[tuple[str, str, str, str]] = []
+        for lineno, line in enumerate(raw.decode(errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn line from a killed process (or a full disk)
+            where = f"line {lineno}"
+            if not isinstance(record, dict) or record.get("op") not in ("add", "remove"):
+                raise UntrustedBookkeepingError(
+                    f"{source}: {where}: expected a record with op 'add' or 'remove'; "
+                    "nothing in this file is acted on"
+                )
+            op, path = record["op"], record.get("path")
+            kind = record.get("kind", "") if op == "add" else "dir"
+            _check_entry(source, where, path, kind, record.get("backup", ""))
+            checked.append((op, path, kind, record.get("backup") or ""))
+        # Only once every record passed: a refusal acts on none of them.
+        for op, path, kind, backup in checked:
+            self._remember(op, path, kind, backup)
+
+    def note(self, op: str, path: str, kind: str = "", backup: str = "") -> None:
+        """Record ``op`` on ``path`` in the journal, then in memory.
+
+        An ``add`` that cannot be written raises: the path must not be
+        created unrecorded.  A ``remove`` that cannot be written (a full
+        disk) is kept in memory only: the path is already gone, and a later
+        discard of a missing path is a no-op.
+        """
+        # What ``json.dumps(record, separators=(",", ":"))`` writes, built
+        # with its C string encoder: one line per path of every converge.
+        line = f'{{"op":{_json_str(op)},"path":{_json_str(path)}'
+        if kind:
+            line += f',"kind":{_json_str(kind)}'
+        if backup:
+            line += f',"backup":{_json_str(backup)}'
+        try:
+            self._append((line + "}\n").encode())
+        except OSError as exc:
+            if op == "add":
+                raise
+            logger.debug("%s: could not journal the removal of %s: %s", self.owner, path, exc)
+        self._remember(op, path, kind, backup)
+
+    def _remember(self, op: str, path: str, kind: str, backup: str) -> None:
+        """One journal record applied to the in-memory view (a note, or a replayed line)."""
         if op == "add":
             self.entries[path] = kind
             if backup:
@@ -92,6 +342,34 @@ class Manifest:
             self.entries.pop(path, None)
             self.backups.pop(path, None)
 
+    def _append(self, line: bytes) -> None:
+        """One ``write`` per record: a reader (another owner) never sees half a complete one."""
+        if self._journal is None:
+            self._journaled = True
+            make_private_dir(self.directory)
+            fd = os.open(
+                self.journal_path,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                PRIVATE_FILE_MODE,
+            )
+            try:
+                st = os.fstat(fd)
+                check_private(self.journal_path, st, directory=False)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._journal = fd
+            # A killed process may have left half a line: end it, or this
+            # record would be glued to it and skipped with it by ``load``.
+            self._torn = bool(st.st_size) and not _ends_with_newline(self.journal_path)
+        if self._torn:
+            line = b"\n" + line
+        self._torn = True
+        written = os.write(self._journal, line)
+        self._torn = written != len(line)
+        if self._torn:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.journal_path))
+
     def close(self) -> None:
         """Close the journal descriptor (idempotent)."""
         if self._journal is not None:
@@ -99,17 +377,35 @@ class Manifest:
             self._journal = None
 
     def compact(self) -> None:
-        """Fold the journal into the snapshot; remove both when nothing is owned."""
+        """Fold the journal into the snapshot; remove all three files when nothing is owned.
+
+        A failed write of the new snapshot (a full disk) leaves no temp file
+        and loses nothing: the journal and old snapshot still say it all.
+        """
         self.close()
-        if not self.entries:
-            self.snapshot_path.unlink(missing_ok=True)
-            self.journal_path.unlink(missing_ok=True)
+        if self.entries and not self._journaled:
+            # Nothing noted since the snapshot was written (a pass that
+            # changed nothing): rewriting it would only cost a write.
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.snapshot_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"entries": self.entries, "backups": self.backups}, indent=1))
-        os.replace(tmp, self.snapshot_path)
-        self.journal_path.unlink(missing_ok=True)
+        if not self.entries:
+            for path in (self.tmp_path, self.snapshot_path, self.journal_path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            return
+        make_private_dir(self.directory)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp_path)
+        # One line: ``indent`` would take the pure-Python encoder, several
+        # times slower on a manifest of thousands of paths.
+        data = json.dumps({"entries": self.entries, "backups": self.backups})
+        write_private(self.tmp_path, data.encode())
+        os.replace(self.tmp_path, self.snapshot_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.journal_path)
+
+
+#: A JSON string literal, ASCII only, as ``json.dumps`` writes it.
+_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -117,3 +413,34 @@ def _ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as f:
         f.seek(-1, os.SEEK_END)
         return f.read(1) == b"\n"
+
+
+def lists_directory(directory: Path, owner: str, key: str) -> bool:
+    """Whether ``owner``'s manifest records ``key`` as a directory it created.
+
+    Another owner converges at the same time: its journal is read before its
+    snapshot, because a concurrent compaction writes the snapshot before it
+    deletes the journal, so an entry noted before we looked is in one or the
+    other.  Bookkeeping that fails the trust checks lists nothing (that
+    owner's own converge refuses it loudly).
+    """
+    try:
+        journal = read_private(directory / f"{owner}.journal")
+    except (UntrustedBookkeepingError, OSError):
+        return False
+    last: str | None = None
+    for line in (journal or b"").decode(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn line being written right now
+        if isinstance(record, dict) and record.get("path") == key:
+            last = record.get("op") if record.get("kind", "dir") == "dir" else None
+    if last is not None:
+        return last == "add"
+    try:
+        snapshot = json.loads(read_private(directory / f"{owner}.json") or b"{}")
+    except (UntrustedBookkeepingError, OSError, json.JSONDecodeError):
+        return False
+    entries = snapshot.get("entries") if isinstance(snapshot, dict) else None
+    return isinstance(entries, dict) and entries.get(key) == "dir"

@@ -23,6 +23,8 @@ MOCKFS_LIBRARY = "libmockfs.so"
 FALLBACK_NVIDIA_SMI = "nvidia-smi"
 #: The verbs shim (``native/ibshim``), staged by the ib simulator in ``full`` mode.
 IBSHIM_LIBRARY = "libibshim.so"
+#: The management-datagram shim (``native/umadshim``), staged by the ib simulator.
+UMADSHIM_LIBRARY = "libumadshim.so"
 
 
 def native_dir() -> Path:

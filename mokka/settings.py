@@ -30,17 +30,19 @@ from mokka.errors import SpecError
 #: Node root of a local run (``mokka`` with no flags): a directory in the
 #: current working directory, so a laptop run never needs root.
 LOCAL_ROOT = Path("mokka-node")
-#: Health address of a local run: loopback only, a laptop should not expose
-#: probes to its network.
+#: Health address unless ``--health-addr`` says otherwise: loopback only,
+#: whatever the root.  Exposing the probes (and the input excerpts their
+#: bodies carry) to a network is a decision, not a default: the chart passes
+#: ``--health-addr`` explicitly (all of the pod's own interfaces).
 LOCAL_HEALTH_ADDR = ("127.0.0.1", 9091)
-#: Health address when a root was given (the DaemonSet pod, where the
-#: kubelet probes the pod IP, not loopback).
-NODE_HEALTH_ADDR = ("0.0.0.0", 9091)
 
 #: Known feature gates and their defaults.  ``IMEXDownload`` lets the imex
 #: simulator download its pinned archive into the node cache (off: archives
 #: come only from the chart's image volume).
 FEATURE_GATES: Mapping[str, bool] = MappingProxyType({"IMEXDownload": False})
+
+#: Default of ``--reload-debounce`` (see ``Settings.reload_debounce``).
+RELOAD_DEBOUNCE = 0.01
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -132,6 +134,13 @@ class Settings:
     #: (NFS, exhausted watch limits); 0 disables.  60 s: a minute of staleness
     #: at worst, at a negligible cost.
     resync_interval: float = 60.0
+    #: Seconds of quiet that end a burst of input events before the inputs
+    #: are re-read.  The watch reacts to completed writes and renames only
+    #: (``IN_CLOSE_WRITE``, ``IN_MOVED_TO``), and a ConfigMap update or an
+    #: editor's save is one such event, so the quiet period only has to
+    #: gather the few events of one save: 10 ms does, where 100 ms was a
+    #: tenth of a second added to every change.  0 reads at the first event.
+    reload_debounce: float = RELOAD_DEBOUNCE
     #: Seconds teardown (revoke + discard) may take after SIGTERM.  25 s: under
     #: the kubelet's default 30 s ``terminationGracePeriodSeconds``.
     shutdown_timeout: float = 25.0
@@ -191,8 +200,8 @@ class Settings:
             "--health-addr",
             metavar="HOST:PORT",
             help=(
-                "health/metrics listen address (default 127.0.0.1:9091 without --root, "
-                "0.0.0.0:9091 with it; port 0 = any free port)"
+                "health/metrics listen address (default 127.0.0.1:9091, also with --root; "
+                "port 0 = any free port)"
             ),
         )
         group.add_argument(
@@ -200,6 +209,15 @@ class Settings:
             metavar="SECONDS",
             default="60",
             help="re-read all inputs this often regardless of events; 0 disables (default 60)",
+        )
+        group.add_argument(
+            "--reload-debounce",
+            metavar="SECONDS",
+            default=str(RELOAD_DEBOUNCE),
+            help=(
+                "quiet time that ends a burst of input changes before they are read; "
+                f"0 reads at once (default {RELOAD_DEBOUNCE})"
+            ),
         )
         group.add_argument(
             "--shutdown-timeout",
@@ -233,13 +251,9 @@ class Settings:
         env = os.environ if environ is None else environ
         root_text = args.root or env.get("MOKKA_ROOT") or ""
         root = Path(root_text) if root_text else LOCAL_ROOT
-        if args.health_addr:
-            health_addr = parse_health_addr(args.health_addr)
-        else:
-            # A given root means a node (the pod's /host), where the kubelet
-            # probes the pod IP; no root means a laptop, where loopback is
-            # enough and exposing the port would surprise.
-            health_addr = NODE_HEALTH_ADDR if root_text else LOCAL_HEALTH_ADDR
+        health_addr = (
+            parse_health_addr(args.health_addr) if args.health_addr else LOCAL_HEALTH_ADDR
+        )
         node_name = args.node_name or env.get("NODE_NAME") or socket.gethostname()
         if not node_name.strip():
             raise SpecError("--node-name: empty, expected this node's name")
@@ -253,6 +267,7 @@ class Settings:
             node_name=node_name,
             health_addr=health_addr,
             resync_interval=_seconds("--resync-interval", args.resync_interval, allow_zero=True),
+            reload_debounce=_seconds("--reload-debounce", args.reload_debounce, allow_zero=True),
             shutdown_timeout=_seconds(
                 "--shutdown-timeout", args.shutdown_timeout, allow_zero=False
             ),

@@ -13,10 +13,28 @@ Targets import it as ``native.toolchain``: the repository root is on
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+
+#: The ``native/`` directory: one ``<name>/target.py`` per target.
+NATIVE = Path(__file__).resolve().parent
+
+
+def load_target(name: str) -> ModuleType:
+    """``native/<name>/target.py`` as a module, imported by its path: the target
+    directories are no packages (``nvidia-smi`` is no identifier).  For a target
+    built on another (``nvidia-smi`` on ``nvml``) and the scripts that build one."""
+    path = NATIVE / name / "target.py"
+    spec = importlib.util.spec_from_file_location(f"native_{name.replace('-', '_')}_target", path)
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def compile_into(output: Path, cc: str, args: Sequence[str], *, label: str) -> Path:

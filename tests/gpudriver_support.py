@@ -58,13 +58,22 @@ def use_native_stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 def symlink_settings(tmp_path: Path) -> GpuDriverSettings:
-    # No real nvidia-smi in the "image": the fallback is chosen.
-    return GpuDriverSettings(nvidia_smi_binary=tmp_path / "image" / "nvidia-smi", publish="symlink")
+    # No real nvidia-smi in the "image" nor installed: the fallback is chosen.
+    return GpuDriverSettings(
+        nvidia_smi_binary=tmp_path / "image" / "nvidia-smi",
+        installed_nvidia_smi=tmp_path / "usr" / "bin" / "nvidia-smi",
+        publish="symlink",
+    )
 
 
 def node_paths(root: Path) -> set[str]:
-    """Every path under the root except Mokka's own bookkeeping (manifests)."""
-    return {p for p in snapshot(root) if not p.startswith("var/lib/mokka")}
+    """Every path under the root except Mokka's own bookkeeping (manifests, and the
+    record of the state directory's ancestors at the top of the root)."""
+    return {
+        p
+        for p in snapshot(root)
+        if not p.startswith("var/lib/mokka") and p != ".mokka-created-parents.json"
+    }
 
 
 def expected_tree(minors: range | tuple[int, ...] = range(8), *, smi: bool = True) -> set[str]:
@@ -82,7 +91,8 @@ def expected_tree(minors: range | tuple[int, ...] = range(8), *, smi: bool = Tru
         f"{drv}/proc/driver/nvidia/capabilities/mig",
         f"{drv}/proc/driver/nvidia/capabilities/mig/config",
         f"{drv}/proc/driver/nvidia/capabilities/mig/monitor", f"{drv}/config",
-        f"{drv}/config/config.yaml", f"{nv}/sys", f"{nv}/sys/module", f"{nv}/sys/module/nvidia",
+        f"{drv}/config/config.yaml", f"{drv}/config/generation",
+        f"{nv}/sys", f"{nv}/sys/module", f"{nv}/sys/module/nvidia",
         f"{nv}/sys/module/nvidia/version",
     }
     paths |= {f"{drv}/dev/nvidia{m}" for m in minors}

@@ -231,11 +231,12 @@ def parse_daemon_args(parse: Callable[[list[str]], Any], args: list[str]) -> Any
 
 
 # --------------------------------------------------------------------------
-# docs/helm.md
+# The values table (helm/mokka/README.md)
 # --------------------------------------------------------------------------
 
 #: Kubernetes objects passed through verbatim: documented as one key.
-OPAQUE_VALUES = {"nodeAgent.resources"}
+OPAQUE_VALUES = {"nodeAgent.resources", "nodeSelector"}
+VALUES_TABLE = CHART / "README.md"
 
 
 def value_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -250,14 +251,14 @@ def value_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def documented_values() -> dict[str, str]:
-    """Key → Default cell of the values table in docs/helm.md."""
-    text = (ROOT / "docs" / "helm.md").read_text()
+    """Key → Default cell of the values table in the chart's README."""
+    text = VALUES_TABLE.read_text()
     section = text.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| [^|]+ \| `([^`]*)` \| (.+) \|$", section, re.M)
-    assert rows, "docs/helm.md has no values table under '## Values'"
+    assert rows, f"{VALUES_TABLE} has no values table under '## Values'"
     documented: dict[str, str] = {}
     for key, default, description in rows:
-        assert key not in documented, f"docs/helm.md documents {key} twice"
-        assert description.strip(), f"docs/helm.md: {key} has no description"
+        assert key not in documented, f"{VALUES_TABLE} documents {key} twice"
+        assert description.strip(), f"{VALUES_TABLE}: {key} has no description"
         documented[key] = default
     return documented

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 
 from mokka.host import Host
 from mokka.simulators.ib import IbSettings, IbSimulator
+from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from mokka.state.profile import read_profile_text
@@ -33,14 +35,21 @@ PACKAGES = (
     "ibverbs-utils",
     "libibumad3",
     "libibmad5",
+    "libibnetdisc5",
     "libibverbs1",
     "libnl-3-200",
     "libnl-route-3-200",
 )
+#: The infiniband-diags tools that send MADs to the mock-ib daemon.
+MAD_TOOL_NAMES = (
+    "sminfo", "smpquery", "perfquery", "ibping", "ibnetdiscover", "iblinkinfo",
+    "ibaddr", "ibtracert", "ibqueryerrors", "ibroute", "ibportstate", "ibsysstat",
+)
 #: What the bundle holds: the tools, and the non-glibc closure of the ELF ones.
-TOOLS = ("ibstat", "ibstatus", "ibv_devices", "ibv_devinfo")
+TOOLS = ("ibstat", "ibstatus", "ibv_devices", "ibv_devinfo", *MAD_TOOL_NAMES)
 LIBRARIES = (
     "libibmad.so.5",
+    "libibnetdisc.so.5",
     "libibumad.so.3",
     "libibverbs.so.1",
     "libnl-3.so.200",
@@ -52,6 +61,7 @@ SYSTEM_TOOLS = (
     "/usr/sbin/ibstatus",
     "/usr/bin/ibv_devinfo",
     "/usr/bin/ibv_devices",
+    *(f"/usr/sbin/{name}" for name in MAD_TOOL_NAMES),
 )
 
 
@@ -129,9 +139,11 @@ def run_in_mount_namespace(
 
 
 def build_ib_shims(out: Path) -> Path:
-    """``libmockfs.so`` and ``libibshim.so`` built from the current sources into ``out``."""
+    """``libmockfs.so``, ``libibshim.so`` and ``libumadshim.so`` built from the
+    current sources into ``out``."""
     load_target("mockfs").build(out, compiler())
     load_target("ibshim").build(out, compiler())
+    load_target("umadshim").build(out, compiler())
     return out
 
 
@@ -158,3 +170,72 @@ async def stage(
     sim = IbSimulator(IbSettings(mode=mode, tools_dir=tools_dir))
     await sim.stage(Host(root), state)
     return sim
+
+
+async def stage_with_pcibus(
+    host: Host, state: State, mode: str = "auto", tools_dir: Path = NO_TOOLS
+) -> IbSimulator:
+    """The PCI bus (whose shim the wrappers preload), then the ib simulator, staged."""
+    await PcibusSimulator().stage(host, state)
+    return await stage(host.root, state, mode, tools_dir)
+
+
+async def discard_with_pcibus(host: Host, sim: IbSimulator) -> None:
+    """Undo ``stage_with_pcibus``: each simulator removes what its manifest records."""
+    await sim.discard(host)
+    await PcibusSimulator().discard(host)
+
+
+# The two fixtures below are imported by the test modules that use them; the
+# ``name=`` keeps a test's parameter from shadowing the imported function.
+
+
+@pytest.fixture(scope="module", name="ib_native")
+def ib_native_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``libmockfs.so``, ``libibshim.so`` and ``libumadshim.so`` built from the
+    current sources, once per test module."""
+    return build_ib_shims(tmp_path_factory.mktemp("ib-native"))
+
+
+@pytest.fixture(name="native_env")
+def native_env_fixture(ib_native: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``ib_native`` as the native directory the simulators load from."""
+    monkeypatch.setenv("MOKKA_NATIVE_DIR", str(ib_native))
+    return ib_native
+
+
+# --------------------------------------------------------------------------
+# The mock-ib daemon: MAD tools, fabrics of real daemons
+# --------------------------------------------------------------------------
+
+#: Bound on one MAD tool run; every tool is also given a short MAD timeout.
+TOOL_TIMEOUT = 30
+
+
+def small_profile(tmp: Path, gpus: int = 2, base: str = "h100") -> Path:
+    """A built-in profile cut to ``gpus`` GPUs (and so HCAs), as a file."""
+    doc = yaml.safe_load(read_profile_text(base)[1])
+    doc["system"]["num_devices"] = gpus
+    path = tmp / f"{base}-{gpus}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def topology_text(nodes: Sequence[str]) -> str:
+    """A topology document with ``nodes`` in one clique: the fabric's node list."""
+    return yaml.safe_dump({
+        "version": 1,
+        "domains": [{"name": "ib-fabric", "uuid": "00000000-0000-0000-0000-00000000feed",
+                     "cliques": [{"id": 0, "nodes": list(nodes)}]}],
+    })
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tool_env() -> dict[str, str]:
+    """The environment a user's shell would give a wrapper (no preloads of ours)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LD_", "MOKKA_"))}

@@ -455,3 +455,109 @@ void check_nvlink(nvmlDevice_t dev)
     CALL(nvmlDeviceGetFieldValues(dev, -1, values));
     free(values);
 }
+
+/* --------------------------------------------------------------- telemetry */
+
+/* Sample buffers, process utilization, violation status, thermal settings
+ * and GPM: every size a list may claim is bounded, every version checked. */
+void check_telemetry(nvmlDevice_t dev)
+{
+    for (int type = 0; type <= NVML_SAMPLINGTYPE_COUNT; type++) {
+        nvmlValueType_t vtype;
+        unsigned count = 0;
+        nvmlSample_t one;
+        if (CALL(nvmlDeviceGetSamples(dev, (nvmlSamplingType_t)type, 0, &vtype, &count, NULL)) !=
+            NVML_SUCCESS)
+            continue;
+        if (count > LIST_LIMIT) {
+            violation("samples of type %d: %u to allocate", type, count);
+            continue;
+        }
+        unsigned zero = 0;
+        if (CALL(nvmlDeviceGetSamples(dev, (nvmlSamplingType_t)type, 0, &vtype, &zero, &one)) !=
+            NVML_ERROR_INVALID_ARGUMENT)
+            violation("samples of type %d: a zero-sized buffer is no invalid argument", type);
+        nvmlSample_t *samples = calloc(count ? count : 1, sizeof *samples);
+        unsigned room = count;
+        if (CALL(nvmlDeviceGetSamples(dev, (nvmlSamplingType_t)type, 0, &vtype, &room,
+                                      samples)) == NVML_SUCCESS &&
+            room > count)
+            violation("samples of type %d: %u written into %u", type, room, count);
+        free(samples);
+    }
+    unsigned procs = 0;
+    if (CALL(nvmlDeviceGetProcessUtilization(dev, NULL, &procs, 0)) ==
+            NVML_ERROR_INSUFFICIENT_SIZE &&
+        procs <= LIST_LIMIT) {
+        nvmlProcessUtilizationSample_t *util = calloc(procs ? procs : 1, sizeof *util);
+        unsigned room = procs;
+        if (CALL(nvmlDeviceGetProcessUtilization(dev, util, &room, 0)) == NVML_SUCCESS &&
+            room > procs)
+            violation("process utilization: %u written into %u", room, procs);
+        free(util);
+    } else if (procs > LIST_LIMIT) {
+        violation("process utilization: %u to allocate", procs);
+    }
+    nvmlProcessesUtilizationInfo_t info = {.version = nvmlProcessesUtilizationInfo_v1};
+    CALL(nvmlDeviceGetProcessesUtilizationInfo(dev, &info));
+    info.version = 0;
+    if (CALL(nvmlDeviceGetProcessesUtilizationInfo(dev, &info)) !=
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        violation("processes utilization info: version 0 accepted");
+    for (int policy = 0; policy <= NVML_PERF_POLICY_COUNT; policy++) {
+        nvmlViolationTime_t time;
+        CALL(nvmlDeviceGetViolationStatus(dev, (nvmlPerfPolicyType_t)policy, &time));
+    }
+    static const unsigned sensors[] = {0, 1, 2, 3, NVML_THERMAL_TARGET_ALL, 16, 0xffffffffu};
+    for (size_t i = 0; i < sizeof sensors / sizeof *sensors; i++) {
+        nvmlGpuThermalSettings_t settings;
+        memset(&settings, 0x5a, sizeof settings);
+        if (CALL(nvmlDeviceGetThermalSettings(dev, sensors[i], &settings)) == NVML_SUCCESS &&
+            settings.count > NVML_MAX_THERMAL_SENSORS_PER_GPU)
+            violation("thermal settings: %u sensors", settings.count);
+    }
+    for (int kind = 0; kind <= NVML_TEMPERATURE_THRESHOLD_COUNT; kind++) {
+        unsigned temp;
+        CALL(nvmlDeviceGetTemperatureThreshold(dev, (nvmlTemperatureThresholds_t)kind, &temp));
+    }
+    nvmlEnableState_t on, default_on;
+    CALL(nvmlDeviceGetAutoBoostedClocksEnabled(dev, &on, &default_on));
+    /* NVLink fields with a link scope: every link, all links, past the last. */
+    static const unsigned scopes[] = {0, 17, 18, 0xffffffffu};
+    nvmlFieldValue_t values[sizeof scopes / sizeof *scopes * 100];
+    int n = 0;
+    for (size_t s = 0; s < sizeof scopes / sizeof *scopes; s++)
+        for (unsigned id = 138; id < 238; id++)
+            values[n++] = (nvmlFieldValue_t){.fieldId = id, .scopeId = scopes[s]};
+    CALL(nvmlDeviceGetFieldValues(dev, n, values));
+    for (int i = 0; i < n; i++)
+        rc("field value", values[i].nvmlReturn);
+    /* GPM: two samples and every metric between them. */
+    nvmlGpmSupport_t support = {.version = NVML_GPM_SUPPORT_VERSION};
+    CALL(nvmlGpmQueryDeviceSupport(dev, &support));
+    nvmlGpmSample_t first = NULL, second = NULL;
+    if (CALL(nvmlGpmSampleAlloc(&first)) != NVML_SUCCESS)
+        return;
+    if (CALL(nvmlGpmSampleAlloc(&second)) == NVML_SUCCESS) {
+        nvmlGpmMetricsGet_t *get = calloc(1, sizeof *get);
+        get->version = NVML_GPM_METRICS_GET_VERSION;
+        get->sample1 = first;
+        get->sample2 = second;
+        get->numMetrics = NVML_GPM_METRIC_MAX;
+        for (unsigned m = 0; m < NVML_GPM_METRIC_MAX; m++)
+            get->metrics[m].metricId = m;
+        /* before any sample was taken: an invalid argument, not garbage */
+        CALL(nvmlGpmMetricsGet(get));
+        if (CALL(nvmlGpmSampleGet(dev, first)) == NVML_SUCCESS &&
+            CALL(nvmlGpmSampleGet(dev, second)) == NVML_SUCCESS &&
+            CALL(nvmlGpmMetricsGet(get)) == NVML_SUCCESS)
+            for (unsigned m = 0; m < NVML_GPM_METRIC_MAX; m++)
+                rc("gpm metric", get->metrics[m].nvmlReturn);
+        get->numMetrics = NVML_GPM_METRIC_MAX + 1;
+        if (CALL(nvmlGpmMetricsGet(get)) != NVML_ERROR_INVALID_ARGUMENT)
+            violation("gpm: %u metrics accepted", get->numMetrics);
+        free(get);
+        CALL(nvmlGpmSampleFree(second));
+    }
+    CALL(nvmlGpmSampleFree(first));
+}

@@ -243,6 +243,7 @@ static void sweep(void)
         check_lists(dev, pids, &npids);
         check_pci(dev, count);
         check_nvlink(dev);
+        check_telemetry(dev);
     }
     check_events(count);
     check_system(count, pids, npids);

@@ -38,5 +38,7 @@ void check_memory(nvmlDevice_t dev);
 void check_lists(nvmlDevice_t dev, unsigned *pids, unsigned *npids);
 void check_pci(nvmlDevice_t dev, unsigned count);
 void check_nvlink(nvmlDevice_t dev);
+/* Samples, process utilization, violations, thermal settings, GPM. */
+void check_telemetry(nvmlDevice_t dev);
 
 #endif

@@ -106,6 +106,13 @@ def device_inventory(handle: Any, other: Any) -> dict[str, Any]:
         "pci": lambda: nv.nvmlDeviceGetPciInfo_v3(h),
         "pcie_gen": lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h),
         "pcie_width": lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h),
+        "pcie_max_gen": lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h),
+        "gpu_max_pcie_gen": lambda: nv.nvmlDeviceGetGpuMaxPcieLinkGeneration(h),
+        # scope 1: the module's power budget (GB200's superchip), not the GPU's
+        "module_power_limits": lambda: [
+            {"ret": f.nvmlReturn, "value": f.value.uiVal}
+            for f in nv.nvmlDeviceGetFieldValues(h, [(field_id, 1) for field_id in fields[:4]])
+        ],
         "memory": lambda: nv.nvmlDeviceGetMemoryInfo(h),
         "memory_v2": lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2),
         "bar1": lambda: nv.nvmlDeviceGetBAR1MemoryInfo(h),

@@ -3,7 +3,6 @@ configs written with the real writer, and runners for the probe and nvidia-smi."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -17,20 +16,14 @@ import pytest
 from mokka import layout
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.model import State
-from tests.support import ROOT
+from native import toolchain
 
 PROBE = Path(__file__).resolve().parent / "nvml_probe.py"
 
 
 def load_target(name: str):
     """Import ``native/<name>/target.py`` the way ``native/build.py`` does."""
-    path = ROOT / "native" / name / "target.py"
-    spec = importlib.util.spec_from_file_location(f"test_native_{name.replace('-', '_')}", path)
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return toolchain.load_target(name)
 
 
 def compiler() -> str:

@@ -72,10 +72,12 @@ STAYS = {
     ),
     "var": ("dir", 0o755),
     "var/lib": ("dir", 0o755),
-    "var/lib/mokka": ("dir", 0o755),
-    "var/lib/mokka/created-parents.json": ("file",),
-    "var/lib/mokka/manifests": ("dir", 0o755),
+    # Mokka's bookkeeping is private (0700), whatever the umask.
+    "var/lib/mokka": ("dir", 0o700),
+    "var/lib/mokka/manifests": ("dir", 0o700),
     "var/lib/mokka/manifests/cri-toolkit.json": ("file",),
+    # The record of the state directory's ancestors it made (var, var/lib).
+    ".mokka-created-parents.json": ("file", 0o600),
 }
 
 

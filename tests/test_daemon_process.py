@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from mokka import cli
 from mokka.errors import SpecError
 from mokka.logs import JsonFormatter, TextFormatter, setup_logging
 from mokka.settings import FEATURE_GATES, Settings
-from tests.daemon_support import PROCESS_TIMEOUT, daemon_env, start_daemon
+from tests.daemon_support import PROCESS_TIMEOUT, run_mokka, running_daemon, stop_daemon
 from tests.support import snapshot
 
 
@@ -42,10 +41,9 @@ async def test_sigterm_exits_zero_and_leaves_the_root_as_it_was(node_root: Path,
     _plant(node_root)
     before = snapshot(node_root)
     with trio.fail_after(PROCESS_TIMEOUT):
-        daemon = await start_daemon(
+        async with running_daemon(
             "--root", str(node_root), "--health-addr", "127.0.0.1:0", cwd=tmp_path
-        )
-        try:
+        ) as daemon:
             port = int((await daemon.wait_for_line(r"health probes on .* port=(\d+)"))[1])
             await daemon.wait_for_line(r"reconcile pass (\S+) generation=1")
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
@@ -60,13 +58,7 @@ async def test_sigterm_exits_zero_and_leaves_the_root_as_it_was(node_root: Path,
             assert ready.status_code == 200, ready.text
             assert "mokka_passes_total" in metrics.text
             assert snapshot(node_root) != before  # it did stage something
-            daemon.process.send_signal(signal.SIGTERM)
-            code = await daemon.process.wait()
-        finally:
-            if daemon.process.returncode is None:
-                daemon.process.kill()
-                await daemon.process.wait()
-        await daemon.drain()
+            code = await stop_daemon(daemon, signal.SIGTERM)
     log = "\n".join(daemon.lines)
     assert code == 0, log
     assert "received SIGTERM; tearing down" in log
@@ -81,20 +73,13 @@ async def test_a_second_signal_during_teardown_changes_nothing(
     """Ctrl-C twice (or a second SIGTERM): teardown still completes, exit code 0, no traceback."""
     before = snapshot(node_root)
     with trio.fail_after(PROCESS_TIMEOUT):
-        daemon = await start_daemon(
+        async with running_daemon(
             "--root", str(node_root), "--health-addr", "127.0.0.1:0", cwd=tmp_path
-        )
-        try:
+        ) as daemon:
             await daemon.wait_for_line(r"reconcile pass ok generation=1")
             daemon.process.send_signal(signum)
             await daemon.wait_for_line(r"tearing down")
-            daemon.process.send_signal(signum)
-            code = await daemon.process.wait()
-        finally:
-            if daemon.process.returncode is None:
-                daemon.process.kill()
-                await daemon.process.wait()
-        await daemon.drain()
+            code = await stop_daemon(daemon, signum)
     log = "\n".join(daemon.lines)
     assert code == 0, log
     assert "Traceback" not in log
@@ -105,53 +90,48 @@ async def test_a_second_signal_during_teardown_changes_nothing(
 async def test_ctrl_c_on_the_local_default_leaves_no_root_behind(tmp_path: Path):
     """``mokka`` with no root: ``./mokka-node`` is made and, after Ctrl-C, gone again."""
     with trio.fail_after(PROCESS_TIMEOUT):
-        daemon = await start_daemon("--health-addr", "127.0.0.1:0", cwd=tmp_path)
-        try:
+        async with running_daemon("--health-addr", "127.0.0.1:0", cwd=tmp_path) as daemon:
             await daemon.wait_for_line(r"reconcile pass \S+ generation=1")
             assert (tmp_path / "mokka-node").is_dir()
-            daemon.process.send_signal(signal.SIGINT)
-            code = await daemon.process.wait()
-        finally:
-            if daemon.process.returncode is None:
-                daemon.process.kill()
-                await daemon.process.wait()
-        await daemon.drain()
+            code = await stop_daemon(daemon, signal.SIGINT)
     assert code == 0, "\n".join(daemon.lines)
     assert any(f"root {tmp_path / 'mokka-node'}" in line for line in daemon.lines)
     assert os.listdir(tmp_path) == []
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mokka", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=daemon_env(),
-        timeout=PROCESS_TIMEOUT,
-        check=False,
-    )
-
-
 def test_once_leaves_the_files_and_cleanup_removes_them(node_root: Path, tmp_path: Path):
     _plant(node_root)
     before = snapshot(node_root)
-    once = _run("--once", "--root", str(node_root), "--node-name", "test-node", cwd=tmp_path)
+    once = run_mokka("--once", "--root", str(node_root), "--node-name", "test-node", cwd=tmp_path)
     summary = re.search(r"^generation 1: (\S+) in [\d.]+s \((\d+) staged", once.stdout, re.M)
     assert summary, once.stdout + once.stderr
     assert once.returncode == (0 if summary[1] == "ok" else 1)
     assert int(summary[2]) >= 5
     assert snapshot(node_root) != before  # --once leaves what it staged
 
-    cleanup = _run("cleanup", "--root", str(node_root), cwd=tmp_path)
+    cleanup = run_mokka("cleanup", "--root", str(node_root), cwd=tmp_path)
     assert cleanup.returncode == 0, cleanup.stderr
-    assert re.search(r"^removed /", cleanup.stdout, re.M)
-    assert re.search(
-        rf"^\d+ path\(s\) removed under {re.escape(str(node_root))}$", cleanup.stdout, re.M
+    # A summary by simulator, not a thousand lines: the paths only with -v.
+    *per_owner, total = cleanup.stdout.splitlines()
+    counts = dict(
+        re.fullmatch(r"(.+): (\d+) path\(s\) removed", line).groups() for line in per_owner
+    )
+    assert {"gpudriver", "pcibus", "cri"} <= set(counts), cleanup.stdout
+    assert total == (
+        f"{sum(map(int, counts.values()))} path(s) removed under {node_root} (-v lists them)"
     )
     assert snapshot(node_root) == before
-    again = _run("cleanup", "--root", str(node_root), cwd=tmp_path)
+    again = run_mokka("cleanup", "--root", str(node_root), cwd=tmp_path)
     assert again.stdout.strip() == f"0 path(s) removed under {node_root}"
+
+    # -v: every removed path, once, under its simulator.
+    run_mokka("--once", "--root", str(node_root), "--node-name", "test-node", cwd=tmp_path)
+    verbose = run_mokka("cleanup", "-v", "--root", str(node_root), cwd=tmp_path)
+    assert verbose.returncode == 0, verbose.stderr
+    listed = [line.strip() for line in verbose.stdout.splitlines() if line.startswith("  /")]
+    assert len(listed) == len(set(listed)) > len(counts)
+    assert verbose.stdout.splitlines()[-1] == f"{len(listed)} path(s) removed under {node_root}"
+    assert snapshot(node_root) == before
 
 
 # ---- flags and settings -----------------------------------------------------
@@ -171,6 +151,8 @@ def test_once_leaves_the_files_and_cleanup_removes_them(node_root: Path, tmp_pat
             "expected IMEXDownload=true or IMEXDownload=false",
         ),
         (["--resync-interval", "-1"], "--resync-interval: '-1', expected a number >= 0"),
+        (["--reload-debounce", "-0.5"], "--reload-debounce: '-0.5', expected a number >= 0"),
+        (["--reload-debounce", "nan"], "--reload-debounce: 'nan', expected a number >= 0"),
         (["--shutdown-timeout", "0"], "--shutdown-timeout: '0', expected a number > 0"),
         (["--shutdown-timeout", "soon"], "--shutdown-timeout: 'soon' is not a number of seconds"),
         (["--log-format", "xml"], "--log-format: 'xml', expected one of: text, json"),
@@ -194,7 +176,7 @@ def _parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def test_settings_defaults_for_a_local_run():
+def test_settings_defaults_for_a_localrun_mokka():
     s = Settings.from_args(_parse(), environ={})
     assert s.root == Path("mokka-node")
     assert s.health_addr == ("127.0.0.1", 9091)
@@ -202,6 +184,7 @@ def test_settings_defaults_for_a_local_run():
     assert s.node_name
     assert s.node_name == __import__("socket").gethostname()
     assert (s.resync_interval, s.shutdown_timeout, s.once) == (60, 25, False)
+    assert s.reload_debounce == 0.01
     assert (s.log_format, s.log_level, s.source) == ("text", "INFO", "file")
     assert dict(s.feature_gates) == {"IMEXDownload": False} == dict(FEATURE_GATES)
 
@@ -209,7 +192,12 @@ def test_settings_defaults_for_a_local_run():
 def test_settings_from_flags_and_env():
     env = {"MOKKA_ROOT": "/host", "NODE_NAME": "gpu-node-7"}
     s = Settings.from_args(_parse(), environ=env)
-    assert (s.root, s.node_name, s.health_addr) == (Path("/host"), "gpu-node-7", ("0.0.0.0", 9091))
+    # A root does not expose the probes: only --health-addr does (the chart passes it).
+    assert (s.root, s.node_name, s.health_addr) == (
+        Path("/host"),
+        "gpu-node-7",
+        ("127.0.0.1", 9091),
+    )
     s = Settings.from_args(
         _parse(
             "--root",
@@ -229,6 +217,8 @@ def test_settings_from_flags_and_env():
             "/o.yaml",
             "--resync-interval",
             "0",
+            "--reload-debounce",
+            "0",
         ),
         environ=env,
     )
@@ -237,6 +227,7 @@ def test_settings_from_flags_and_env():
     assert s.log_level == "DEBUG"
     assert s.once
     assert (s.topology, s.overrides, s.resync_interval) == (Path("/t.yaml"), Path("/o.yaml"), 0)
+    assert s.reload_debounce == 0
     with pytest.raises(TypeError):
         s.feature_gates["IMEXDownload"] = False  # frozen all the way down
     with pytest.raises(SpecError, match="--node-name"):
@@ -274,13 +265,17 @@ def _record(msg: str, *args, exc: bool = False, **extra) -> logging.LogRecord:
     return record
 
 
-def test_text_lines_carry_extras_and_stay_one_line():
-    line = TextFormatter().format(_record("pass %s", "ok", generation=3, note="a b", exc=True))
-    assert "\n" not in line
-    assert line.startswith(
-        '1970-01-01T00:00:00.250Z WARNING mokka.test pass ok generation=3 note="a b" exc="Traceback'
-    )
-    assert "ValueError: inner\\nline" in line
+def test_text_lines_carry_extras_and_show_a_traceback_as_a_block():
+    text = TextFormatter().format(_record("pass %s", "ok", generation=3, note="a b", exc=True))
+    first, *block = text.split("\n")
+    assert first == '1970-01-01T00:00:00.250Z WARNING mokka.test pass ok generation=3 note="a b"'
+    # The traceback as Python prints it, indented under its record.
+    assert block[0] == "    Traceback (most recent call last):"
+    assert block[-2:] == ["    ValueError: inner", "    line"]
+    assert all(line.startswith("    ") for line in block)
+    plain = TextFormatter().format(_record("two\nlines", generation=1))
+    assert plain.count("\n") == 0
+    assert "two\\nlines" in plain
 
 
 def test_json_lines_parse_back():

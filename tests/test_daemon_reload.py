@@ -19,7 +19,7 @@ import trio
 import yaml
 
 from mokka.state.profile import read_profile_text
-from tests.daemon_support import PROCESS_TIMEOUT, start_daemon
+from tests.daemon_support import PROCESS_TIMEOUT, running_daemon, stop_daemon
 from tests.support import snapshot
 
 DEV = "var/lib/nvml-mock/driver/dev"
@@ -62,11 +62,10 @@ async def test_bad_input_keeps_serving_and_a_fix_converges_without_restart(
     before = snapshot(node_root)
 
     with trio.fail_after(PROCESS_TIMEOUT):
-        daemon = await start_daemon(
+        async with running_daemon(
             "--root", str(node_root), "--profile", str(profile),
             "--health-addr", "127.0.0.1:0", cwd=tmp_path,
-        )
-        try:
+        ) as daemon:
             port = int((await daemon.wait_for_line(r"health probes on .* port=(\d+)"))[1])
             await daemon.wait_for_line(r"reconcile pass ok generation=1")
             assert gpus(node_root) == [f"nvidia{i}" for i in range(8)]
@@ -99,12 +98,6 @@ async def test_bad_input_keeps_serving_and_a_fix_converges_without_restart(
                 assert gpus(node_root) == [f"nvidia{i}" for i in range(4)]
                 assert (await client.get("/readyz")).status_code == 200
                 assert (await client.get("/healthz")).json()["source_error"] is None
-            daemon.process.send_signal(signal.SIGTERM)
-            code = await daemon.process.wait()
-        finally:
-            if daemon.process.returncode is None:
-                daemon.process.kill()
-                await daemon.process.wait()
-        await daemon.drain()
+            code = await stop_daemon(daemon, signal.SIGTERM)
     assert code == 0, "\n".join(daemon.lines)
     assert snapshot(node_root) == before

@@ -61,7 +61,8 @@ def test_typed_values_resolved_for_the_library():
     assert loaded["device.0.addressing_mode"] == "hmm"
     # Generic profile fields, flattened; lists get .count and .<i>.
     assert loaded["device.0.clocks.sm_max"] == 1980
-    assert loaded["device.0.supported_clocks.memory_clocks.count"] == 1
+    assert loaded["device.0.supported_clocks.memory_clocks.count"] == 2
+    assert loaded["device.0.supported_clocks.memory_clocks.1.freq_mhz"] == 1593
     assert loaded["device.0.supported_clocks.memory_clocks.0.graphics_clocks.0"] == 1980
     assert loaded["device.0.processes.count"] == 0
     # NVLink: 18 links per GPU, round-robin over the four NVSwitches.
@@ -135,6 +136,26 @@ def test_unrepresentable_values_are_refused_naming_the_field(change, message):
     gpus = (attrs.evolve(state.gpus[0], **change), *state.gpus[1:])
     with pytest.raises(SpecError, match=message):
         render_engine_config(attrs.evolve(state, gpus=gpus))
+
+
+def test_board_id_is_the_profiles_else_domain_and_bus():
+    state = h100()
+    gpu = state.gpus[0]
+    fields = {k: v for k, v in gpu.fields.items() if k != "board_id"}
+    derived = attrs.evolve(gpu, bus_id="0008:a1:00.0", fields=fields)
+    given = attrs.evolve(gpu, bus_id="0008:a1:00.0", fields={**fields, "board_id": 0x100})
+    loaded = yaml.safe_load(
+        render_engine_config(attrs.evolve(state, gpus=(derived, given, *state.gpus[2:]))))
+    assert loaded["device.0.board_id"] == (0x8 << 16) | (0xA1 << 8)
+    assert loaded["device.1.board_id"] == 0x100
+
+
+@pytest.mark.parametrize("value", ["0x5300", -1, 1 << 32, True])
+def test_a_board_id_the_library_cannot_hold_is_refused(value):
+    state = h100()
+    gpu = attrs.evolve(state.gpus[0], fields={**state.gpus[0].fields, "board_id": value})
+    with pytest.raises(SpecError, match=r"gpu 0: board_id: got .*expected an integer"):
+        render_engine_config(attrs.evolve(state, gpus=(gpu, *state.gpus[1:])))
 
 
 def test_nvml_bus_id_spellings():

@@ -39,6 +39,39 @@ def make_state(*, nvswitch: bool = True, generation: int = 1) -> State:
                            generation=generation)
 
 
+# ---- the re-assert tick --------------------------------------------------------
+
+
+async def test_a_tick_that_finds_the_marker_in_place_reads_no_manifest(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle fabric manager costs a few ``lstat`` calls per tick: no converge
+    (which reads manifests and may rewrite one) while the markers stand, and
+    one as soon as a marker is altered."""
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=0.0))
+    state = make_state()
+    await fm.stage(host, state)
+    converges: list[str] = []
+    real_converge = Host.converge
+
+    def counting(self: Host, owner: str, artifacts) -> object:
+        converges.append(owner)
+        return real_converge(self, owner, artifacts)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fm.run, host, state)
+        monkeypatch.setattr(Host, "converge", counting)
+        await trio.sleep(20.5)  # ten ticks
+        assert converges == []
+        os.chmod(node_root / MARKER, 0o600)  # altered, not deleted
+        await wait_for_count(fm.rewrites, 1)
+        assert converges == ["fabricmanager-marker"]
+        assert os.stat(node_root / MARKER).st_mode & 0o777 == 0o644
+        nursery.cancel_scope.cancel()
+    await fm.discard(host)
+
+
 # ---- stage / discard ---------------------------------------------------------
 
 
@@ -47,7 +80,10 @@ async def test_stage_gives_exactly_the_fabric_state_directory(host: Host, node_r
     fm = FabricManagerSimulator()
     await fm.stage(host, make_state())
     staged = snapshot(node_root)
-    outside = {k: v for k, v in staged.items() if not k.startswith("var/lib/mokka")}
+    outside = {
+        k: v for k, v in staged.items()
+        if not k.startswith("var/lib/mokka") and k != ".mokka-created-parents.json"
+    }
     assert outside == {
         "var": ("dir", 0o755), "var/lib": ("dir", 0o755), "var/lib/nvml-mock": ("dir", 0o755),
         STATE_DIR: ("dir", 0o755),

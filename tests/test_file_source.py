@@ -295,15 +295,20 @@ def test_make_source_defaults_overrides_to_the_node_path(tmp_path: Path) -> None
     host = Host(tmp_path)
     settings = SimpleNamespace(
         source="file", profile="gb200", topology=None, overrides=None, node_name="n1",
-        resync_interval=15.0, feature_gates={"IMEXDownload": True})
+        resync_interval=15.0, reload_debounce=0.25, feature_gates={"IMEXDownload": True})
     source = make_source(settings, host)
     assert isinstance(source, FileSource)
+    assert source.debounce == 0.25  # --reload-debounce
     assert source.overrides == host.resolve(OVERRIDES)
     assert source.overrides == tmp_path / OVERRIDES.lstrip("/")
     assert (source.profile, source.node_name, source.resync_interval) == ("gb200", "n1", 15.0)
     assert source.paths() == [source.overrides]  # a built-in profile is not a file
+    # the root's own file is read without following links beneath the root...
+    assert source.overrides_root == host.root
     given = SimpleNamespace(**{**vars(settings), "overrides": tmp_path / "o.yaml"})
+    # ...a file the operator names is followed (a ConfigMap volume is links)
     assert make_source(given, host).overrides == tmp_path / "o.yaml"
+    assert make_source(given, host).overrides_root is None
 
 
 async def test_control_plane_source_says_it_is_not_implemented(tmp_path: Path) -> None:

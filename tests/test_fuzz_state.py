@@ -10,9 +10,18 @@ trailing newlines) and must either return its value or raise ``SpecError``
 with messages naming the input.  What parses must also compile, and hash the
 same way twice.
 
+The documents are mutated twice over: as parsed values (``mutate``), and as
+YAML text (``mutate_text``: lines dropped, doubled, cut or re-indented,
+characters flipped, anchors and aliases spliced in, nested alias "bombs"
+of random depth and breadth, odd scalars).  The text kind goes through the
+bounded reader (``mokka.state.reader``), partly from real files, and must
+also never hang: each batch runs under a deadline in a thread the test
+abandons if it passes.  Messages must stay short and few, whatever the input.
+
 The generator is the standard library's ``random`` with fixed seeds: every
 run tries the same documents, and a failure names the seed and the
-mutations that produced it.
+mutations that produced it.  ``bench/fuzz_state.py`` runs the same
+generator over as many inputs as asked.
 """
 
 from __future__ import annotations
@@ -20,17 +29,23 @@ from __future__ import annotations
 import copy
 import datetime
 import random
+import tempfile
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
+import trio
 import yaml
 
 from mokka.errors import SpecError
-from mokka.state.checks import load_yaml
-from mokka.state.compile import NodeMeta, compile_state
+from mokka.state import checks
+from mokka.state.compile import NodeMeta, compile_state, load_inputs
 from mokka.state.overrides import Overrides, parse_overrides
 from mokka.state.profile import BUILTIN_PROFILES, Profile, parse_profile, read_profile_text
+from mokka.state.reader import load_yaml
 from mokka.state.topology import parse_topology, topology_from_mapping
 
 #: Documents tried per seed; the seeds below multiply it.  Small enough for
@@ -204,6 +219,8 @@ ODD_YAML = (
     "&a [*a]", "&b {k: *b}", "[" * 200 + "]" * 200, "[" * 600 + "]" * 600,
     "[" * 2000 + "]" * 2000, "!!set {a, b}",
     "0x" + "f" * 40, "1:20", ".nan", "-.inf", "~", "'\u00b2'", "\"\\x00\"", "{? [a]: 1}",
+    # found by bench/fuzz_state.py: PyYAML's IndexError / KeyError on empty typed scalars
+    "!!float _", "!!int ''", "!!bool ''", "!!timestamp ''",
 )
 
 
@@ -257,3 +274,177 @@ def test_gpu_targets_and_device_keys_never_raise_anything_else(tmp_path) -> None
         accepted += 1
         assert key == "all" or device_key(key) == key, text
     assert accepted > 0
+
+
+# ---- YAML text -------------------------------------------------------------
+
+#: Text mutations per seed (each input is one of the three kinds); with the
+#: value-level runs above the suite tries over 10,000 generated inputs.
+TEXT_SAMPLES = 1800
+#: Every this many inputs is read from a real file (the reader's path), the
+#: rest is parsed from text.
+FILE_EVERY = 10
+#: The whole batch of one seed must end by then; a hang fails the test
+#: instead of stopping the suite.
+BATCH_DEADLINE = 240
+#: Longest single problem a message may carry: a field path, what was found
+#: (cut to a short excerpt) and what was expected (a list of allowed keys).
+MAX_PROBLEM_CHARS = 600
+FLIP_CHARS = ":-[]{}&*!|>'\"#%@`,? \t\n\x00\u00b2\ufeff\u2028"
+TEXT_KINDS = ("profile", "topology", "overrides")
+
+
+def base_texts() -> dict[str, list[str]]:
+    """The starting texts of each kind: every built-in profile, the two other documents."""
+    return {
+        "profile": [read_profile_text(name)[1] for name in BUILTIN_PROFILES],
+        "topology": [yaml.safe_dump(TOPOLOGY_DOC, sort_keys=False),
+                     yaml.safe_dump({"topology": {"enabled": True, **TOPOLOGY_DOC}})],
+        "overrides": [yaml.safe_dump(OVERRIDES_DOC, sort_keys=False)],
+    }
+
+
+def alias_bomb(rng: random.Random) -> tuple[str, str]:
+    """Anchor lines of a nested alias "bomb" of random depth and breadth, and its top alias."""
+    levels, fan = rng.randint(1, 14), rng.randint(1, 10)
+    lines = [f"x_b0: &b0 [{', '.join(['lol'] * fan)}]"]
+    lines += [f"x_b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * fan)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n", f"*b{levels}"
+
+
+def mutate_text(text: str, rng: random.Random) -> tuple[str, list[str]]:
+    """``text`` with one to three random edits, and a description of each."""
+    notes: list[str] = []
+    for _ in range(rng.randint(1, 3)):
+        lines = text.split("\n")
+        at = rng.randrange(len(lines))
+        kind = rng.randrange(9)
+        if kind == 0:
+            del lines[at]
+            notes.append(f"drop line {at}")
+        elif kind == 1:
+            lines.insert(at, lines[at])
+            notes.append(f"double line {at}")
+        elif kind == 2 and ": " in lines[at]:
+            # an anchor on one value, an alias of it in place of another value
+            key, _, value = lines[at].partition(": ")
+            lines[at] = f"{key}: &m{at} {value}"
+            other = rng.randrange(len(lines))
+            if ": " in lines[other] and other != at:
+                key2, _, _ = lines[other].partition(": ")
+                lines[other] = f"{key2}: *m{at}"
+            notes.append(f"anchor line {at}, alias line {other}")
+        elif kind == 3 and ": " in lines[at]:
+            bomb, alias = alias_bomb(rng)
+            key, _, _ = lines[at].partition(": ")
+            lines[at] = f"{key}: {alias}"
+            lines.insert(0, bomb)
+            notes.append(f"alias bomb {alias} at line {at}")
+        elif kind == 4 and ": " in lines[at]:
+            key, _, _ = lines[at].partition(": ")
+            odd = rng.choice(ODD_YAML)
+            lines[at] = f"{key}: {odd}"
+            notes.append(f"line {at} = {odd[:30]!r}")
+        elif kind == 5:
+            joined = "\n".join(lines)
+            cut = rng.randrange(len(joined) + 1)
+            notes.append(f"cut at {cut}")
+            text = joined[:cut]
+            continue
+        elif kind == 6:
+            spaces = rng.choice((0, 1, 3, 8))
+            lines[at] = " " * spaces + lines[at].lstrip(" ")
+            notes.append(f"indent line {at} by {spaces}")
+        elif kind == 7 and lines[at]:
+            pos = rng.randrange(len(lines[at]))
+            char = rng.choice(FLIP_CHARS)
+            lines[at] = lines[at][:pos] + char + lines[at][pos + 1:]
+            notes.append(f"line {at} col {pos} = {char!r}")
+        else:
+            lines.insert(at, f"{rng.choice(ODD_KEYS)!s}: {rng.choice(ODD_YAML)}")
+            notes.append(f"insert at line {at}")
+        text = "\n".join(lines)
+    return text, notes
+
+
+def text_outcome(kind: str, text: str, directory: Path | None) -> str:
+    """One text input parsed (from a file in ``directory`` when given): ``ok`` or ``refused``.
+
+    Anything but a value or a well-formed ``SpecError`` raises
+    ``AssertionError``: each problem names the input, is short, and there
+    are at most ``MAX_PROBLEMS`` of them (plus the count of the rest).
+    """
+    source = "fuzz.yaml"
+    try:
+        if directory is not None:
+            path = directory / source
+            path.write_text(text, encoding="utf-8", errors="surrogatepass")
+            source = str(path)
+            args = {"profile": (path, None, None), "topology": ("t4", path, None),
+                    "overrides": ("h100", None, path)}[kind]
+            profile, topology, overrides = load_inputs(*args)
+        else:
+            parse = {"profile": parse_profile, "topology": parse_topology,
+                     "overrides": parse_overrides}[kind]
+            value = parse(text, source=source)
+            profile = value if kind == "profile" else Profile.from_mapping(
+                PROFILE_DOCS["gb200" if kind == "topology" else "h100"], source="base.yaml")
+            topology = value if kind == "topology" else None
+            overrides = value if kind == "overrides" else None
+    except SpecError as exc:
+        problems = exc.problems
+        assert problems
+        assert len(problems) <= checks.MAX_PROBLEMS + 1, problems[-1]
+        for problem in problems:
+            assert problem.startswith(source), problem[:200]
+            assert len(problem) <= MAX_PROBLEM_CHARS, problem[:200]
+        return "refused"
+    compiled(profile, topology=topology, overrides=overrides)
+    return "ok"
+
+
+@attrs.define
+class FuzzRun:
+    """What one run of ``run_text_fuzz`` met (the bench prints it; tests check the counts)."""
+
+    ok: int = 0
+    refused: int = 0
+    #: the slowest single input: seconds, and which one it was
+    slowest: float = 0.0
+    slowest_what: str = ""
+
+
+def run_text_fuzz(seed: int, samples: int) -> FuzzRun:
+    """``samples`` text inputs from ``seed``; ``AssertionError`` names the first bad outcome."""
+    rng = random.Random(seed)
+    bases = base_texts()
+    run = FuzzRun()
+    with tempfile.TemporaryDirectory() as scratch:
+        for i in range(samples):
+            kind = rng.choice(TEXT_KINDS)
+            text, notes = mutate_text(rng.choice(bases[kind]), rng)
+            what = f"seed {seed} sample {i}: {kind} with {notes}"
+            directory = Path(scratch) if i % FILE_EVERY == 0 else None
+            started = time.perf_counter()
+            try:
+                result = text_outcome(kind, text, directory)
+            except AssertionError as exc:
+                raise AssertionError(f"{what}: {exc}") from exc
+            except Exception as exc:
+                raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+            took = time.perf_counter() - started
+            setattr(run, result, getattr(run, result) + 1)
+            if took > run.slowest:
+                run.slowest, run.slowest_what = took, what
+    return run
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_yaml_text_gives_a_value_or_a_short_spec_error_and_never_hangs(seed: int) -> None:
+    with trio.fail_after(BATCH_DEADLINE):
+        run = await trio.to_thread.run_sync(
+            run_text_fuzz, seed, TEXT_SAMPLES, abandon_on_cancel=True)
+    assert run.ok + run.refused == TEXT_SAMPLES
+    # both outcomes are met: the mutations neither all break nor all miss
+    assert run.ok > 0
+    assert run.refused > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import platform
 import stat
@@ -89,22 +90,33 @@ async def test_stage_on_empty_root_gives_exactly_the_documented_tree(
     )
     params = tree[f"{proc}/params"][2].decode().splitlines()
     assert params[:5] == [
-        "EnableMSI: 1", "NVreg_DeviceFileGID: 0", "NVreg_DeviceFileMode: 438",
-        "NVreg_DeviceFileUID: 0", "NVreg_ModifyDeviceFiles: 1",
+        "EnableMSI: 1",
+        "NVreg_DeviceFileGID: 0",
+        "NVreg_DeviceFileMode: 438",
+        "NVreg_DeviceFileUID: 0",
+        "NVreg_ModifyDeviceFiles: 1",
     ]
     assert "ModifyDeviceFiles: 1" in params  # what libnvidia-container parses
     assert all(": " in line for line in params)
     assert tree[f"{proc}/capabilities/mig/config"] == (
-        "file", 0o444, b"DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
+        "file",
+        0o444,
+        b"DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
     )
     assert tree[f"{proc}/capabilities/mig/monitor"] == (
-        "file", 0o444, b"DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+        "file",
+        0o444,
+        b"DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
     )
     assert tree["var/lib/nvml-mock/sys/module/nvidia/version"] == (
-        "file", 0o444, f"{DRIVER}\n".encode()
+        "file",
+        0o444,
+        f"{DRIVER}\n".encode(),
     )
     assert tree[f"{drv}/config/config.yaml"] == (
-        "file", 0o644, render_engine_config(state).encode()
+        "file",
+        0o644,
+        render_engine_config(state).encode(),
     )
     # Each batch is its own owner, so the batches could run concurrently.
     assert all(host.owned(owner) for owner in OWNERS)
@@ -190,7 +202,9 @@ async def test_a_new_driver_version_replaces_the_versioned_library(
     await sim.stage(host, make_state(2, driver="595.91.07"))
     lib = node_root / "var/lib/nvml-mock/driver/usr/lib64"
     assert sorted(p.name for p in lib.iterdir()) == [
-        "libnvidia-ml.so", "libnvidia-ml.so.1", "libnvidia-ml.so.595.91.07",
+        "libnvidia-ml.so",
+        "libnvidia-ml.so.1",
+        "libnvidia-ml.so.595.91.07",
     ]
     assert os.readlink(lib / "libnvidia-ml.so.1") == "libnvidia-ml.so.595.91.07"
     assert (node_root / "var/lib/nvml-mock/sys/module/nvidia/version").read_text() == "595.91.07\n"
@@ -199,7 +213,10 @@ async def test_a_new_driver_version_replaces_the_versioned_library(
 
 
 async def test_stage_without_the_built_library_fails_as_not_built(
-    host: Host, node_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    host: Host,
+    node_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     settings: GpuDriverSettings,
 ) -> None:
     empty = tmp_path / "empty-native"
@@ -263,8 +280,87 @@ async def test_the_images_real_nvidia_smi_is_preferred(
     assert stat.S_IMODE(staged.stat().st_mode) == 0o755
     await sim.apply(host, make_state(1))
     assert sim.readiness.ready
-    assert "real nvidia-smi" in sim.readiness.reason
+    assert f"real nvidia-smi from the image's {real}" in sim.readiness.reason
     await teardown(sim, host)
+    assert snapshot(node_root) == {}
+
+
+async def test_an_installed_real_nvidia_smi_beats_the_fallback(
+    host: Host,
+    node_root: Path,
+    native: Path,
+    settings: GpuDriverSettings,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A local run on a machine with Debian's nvidia-smi stages NVIDIA's binary.
+
+    Debian's /usr/bin/nvidia-smi is an alternatives link to the ELF; the
+    link here points at the real 535 binary the same way.
+    """
+    real = real_nvidia_smi()
+    installed = tmp_path / "usr" / "bin" / "nvidia-smi"
+    installed.parent.mkdir(parents=True)
+    installed.symlink_to(real)
+    assert not settings.nvidia_smi_binary.exists()
+    sim = GpuDriverSimulator(settings=attrs.evolve(settings, installed_nvidia_smi=installed))
+    with caplog.at_level(logging.INFO, logger="mokka"):
+        await sim.stage(host, make_state(1))
+    staged = node_root / "var/lib/nvml-mock/driver/usr/bin/nvidia-smi"
+    assert staged.read_bytes() == real.read_bytes()
+    assert not staged.is_symlink()
+    await sim.apply(host, make_state(1))
+    said = f"real nvidia-smi installed at {installed} ({settings.nvidia_smi_binary} is absent)"
+    assert sim.readiness.ready
+    assert said in sim.readiness.reason
+    # The stage's log line (INFO on the first pass: it changed the node) says it too.
+    assert [r for r in caplog.records if said in r.getMessage()]
+    await teardown(sim, host)
+    assert snapshot(node_root) == {}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'#!/bin/sh\nexec /usr/lib/nvidia/current/nvidia-smi "$@"\n', SMI_BYTES],
+    ids=["wrapper-script", "the-fallback-itself"],
+)
+async def test_an_installed_nvidia_smi_that_is_not_nvidias_is_passed_over(
+    host: Host,
+    node_root: Path,
+    native: Path,
+    settings: GpuDriverSettings,
+    tmp_path: Path,
+    content: bytes,
+) -> None:
+    installed = tmp_path / "usr" / "bin" / "nvidia-smi"
+    installed.parent.mkdir(parents=True)
+    installed.write_bytes(content)
+    sim = GpuDriverSimulator(settings=attrs.evolve(settings, installed_nvidia_smi=installed))
+    await sim.stage(host, make_state(1))
+    await sim.apply(host, make_state(1))
+    staged = node_root / "var/lib/nvml-mock/driver/usr/bin/nvidia-smi"
+    assert staged.read_bytes() == SMI_BYTES
+    assert f"fallback nvidia-smi from {native / 'nvidia-smi'}" in sim.readiness.reason
+    assert f"{installed} is not NVIDIA's nvidia-smi" in sim.readiness.reason
+    await teardown(sim, host)
+    assert snapshot(node_root) == {}
+
+
+async def test_the_images_nvidia_smi_beats_an_installed_one(
+    host: Host, node_root: Path, native: Path, settings: GpuDriverSettings, tmp_path: Path
+) -> None:
+    image = tmp_path / "image-smi"
+    image.write_bytes(b"\x7fELF the image's patched nvidia-smi\n")
+    installed = tmp_path / "usr" / "bin" / "nvidia-smi"
+    installed.parent.mkdir(parents=True)
+    installed.symlink_to(real_nvidia_smi())
+    sim = GpuDriverSimulator(
+        settings=attrs.evolve(settings, nvidia_smi_binary=image, installed_nvidia_smi=installed)
+    )
+    await sim.stage(host, make_state(1))
+    staged = node_root / "var/lib/nvml-mock/driver/usr/bin/nvidia-smi"
+    assert staged.read_bytes() == image.read_bytes()
+    await sim.discard(host)
     assert snapshot(node_root) == {}
 
 
@@ -296,12 +392,14 @@ async def test_readiness_follows_stage_apply_and_revoke(
     assert sim.readiness.reason == "driver tree not published at /run/nvidia/driver"
     await sim.apply(host, make_state())
     assert sim.readiness.ready
-    assert "driver 580.105.08, 8 GPU(s), fallback nvidia-smi, symlink" in sim.readiness.reason
+    assert "driver 580.105.08, 8 GPU(s), fallback nvidia-smi from " in sim.readiness.reason
+    assert f"{settings.installed_nvidia_smi} does not exist), symlink" in sim.readiness.reason
     await sim.revoke(host)
     assert not sim.readiness.ready
     await sim.discard(host)
     assert sim.readiness.reason == "driver tree not staged"
     assert snapshot(node_root) == {}
+
 
 async def test_without_cap_mknod_devices_are_placeholders_and_not_ready(
     host: Host, node_root: Path, native: Path, tmp_path: Path
@@ -340,20 +438,35 @@ def test_plugin_is_registered_and_builds_from_flags(tmp_path: Path) -> None:
     assert importlib.import_module(MODULE).PLUGIN is PLUGIN
     parser = argparse.ArgumentParser()
     PLUGIN.add_arguments(parser)
-    args = parser.parse_args([
-        "--uvm-major", "236", "--nvidia-caps-major", "239",
-        "--nvidia-smi-binary", str(tmp_path / "smi"), "--driver-publish", "bind",
-    ])
+    args = parser.parse_args(
+        [
+            "--uvm-major",
+            "236",
+            "--nvidia-caps-major",
+            "239",
+            "--nvidia-smi-binary",
+            str(tmp_path / "smi"),
+            "--driver-publish",
+            "bind",
+            "--installed-nvidia-smi",
+            str(tmp_path / "installed"),
+        ]
+    )
     sim = PLUGIN.build(args)
     assert isinstance(sim, Simulator)
     assert isinstance(sim, Applier)
     assert sim.name == "gpudriver"
     assert sim.settings == GpuDriverSettings(
-        uvm_major=236, caps_major=239, nvidia_smi_binary=tmp_path / "smi", publish="bind"
+        uvm_major=236,
+        caps_major=239,
+        nvidia_smi_binary=tmp_path / "smi",
+        installed_nvidia_smi=tmp_path / "installed",
+        publish="bind",
     )
     defaults = PLUGIN.build(parser.parse_args([])).settings
     assert defaults == GpuDriverSettings()
     assert defaults.nvidia_smi_binary == Path("/usr/local/lib/mokka/nvidia-smi")
+    assert defaults.installed_nvidia_smi == Path("/usr/bin/nvidia-smi")
     assert (defaults.uvm_major, defaults.caps_major, defaults.publish) == (510, 236, "auto")
 
 

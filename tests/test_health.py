@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,13 +9,11 @@ from pathlib import Path
 
 import attrs
 import httpx
-import pytest
 import trio
 import trio.testing
 
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.health import DaemonView, create_app, serve_health
-from mokka.daemon.metrics import format_value
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
@@ -33,6 +30,7 @@ class Probe:
     client: httpx.AsyncClient
     reconciler: Reconciler
     supervisor: Supervisor
+    view: DaemonView
 
     async def get(self, path: str) -> tuple[int, dict]:
         response = await self.client.get(path)
@@ -48,7 +46,8 @@ async def served(host: Host, sims) -> AsyncIterator[Probe]:
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
-        app = create_app(DaemonView(reconciler, sims, supervisor))
+        view = DaemonView(reconciler, sims, supervisor)
+        app = create_app(view)
         port = await nursery.start(
             lambda task_status: serve_health(
                 app, ("127.0.0.1", 0), shutdown_trigger=shutdown.wait, task_status=task_status
@@ -56,7 +55,7 @@ async def served(host: Host, sims) -> AsyncIterator[Probe]:
         )
         assert port > 0
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-            yield Probe(client, reconciler, supervisor)
+            yield Probe(client, reconciler, supervisor, view)
         shutdown.set()
         supervisor.stop()
     assert (await teardown(host, sims, timeout=10)).clean
@@ -197,130 +196,112 @@ async def test_bodies_report_the_source_error_without_failing_probes(autojump_cl
             )
 
 
-# ---- /metrics -------------------------------------------------------------
-
-_SAMPLE = re.compile(
-    r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
-    r"(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$"
-)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+# /metrics: tests/test_metrics.py (with prometheus_client's parser, over this module's
+# `served`).
 
 
-def parse_prometheus(text: str) -> tuple[dict[str, str], dict[tuple[str, frozenset], float]]:
-    """A strict little parser of the text format: returns (family → type, samples)."""
-    assert text.endswith("\n")
-    types: dict[str, str] = {}
-    helps: set[str] = set()
-    samples: dict[tuple[str, frozenset], float] = {}
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            name = line.split(" ")[2]
-            assert name not in helps, f"second HELP for {name}"
-            helps.add(name)
-            continue
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge", "summary", "histogram", "untyped"), line
-            assert name not in types, f"second TYPE for {name}"
-            types[name] = kind
-            continue
-        assert line, "empty line"
-        assert not line.startswith("#"), f"unexpected comment {line!r}"
-        match = _SAMPLE.match(line)
-        assert match, f"not a sample line: {line!r}"
-        name = match["name"]
-        family = re.sub(r"_(sum|count)$", "", name) if name not in types else name
-        assert family in types, f"sample {name} before its TYPE line"
-        if types[family] == "summary":
-            assert name != family, f"summary {family} with a bare sample"
-        labels_text = match["labels"] or ""
-        labels = {}
-        pos = 0
-        while pos < len(labels_text):
-            label = _LABEL.match(labels_text, pos)
-            assert label, f"bad labels in {line!r}"
-            labels[label[1]] = label[2]
-            pos = label.end()
-        value = match["value"]
-        assert re.fullmatch(r"[-+]?(\d+(\.\d*)?([eE][-+]?\d+)?|NaN|Inf)", value), value
-        key = (name, frozenset(labels.items()))
-        assert key not in samples, f"duplicate sample {line!r}"
-        samples[key] = float(value)
-    assert set(types) <= helps, "a family without HELP"
-    return types, samples
+# ---- the node as served, bounded bodies -------------------------------------
 
 
-def sample(samples: dict, name: str, **labels: str) -> float:
-    return samples[(name, frozenset(labels.items()))]
+@attrs.define(eq=False)
+class GatedSimulator(FakeSimulator):
+    """Stages of generation 2 and later wait for ``gate``: a pass held open."""
+
+    gate: trio.Event = attrs.field(factory=trio.Event)
+
+    async def stage(self, host: Host, state) -> None:
+        await super().stage(host, state)
+        if state.generation >= 2:
+            await self.gate.wait()
 
 
-async def test_metrics_parse_and_carry_the_figures(autojump_clock, host: Host, node_root: Path):
-    before = snapshot(node_root)
-    sims = [
-        FakeSimulator("gpudriver", stage_delay=2),
-        FakeApplier("cri", stage_errors=[StageError("x")], apply_delay=3),
-        FakeDaemon("ib"),
-    ]
+async def test_readyz_reports_the_served_state_while_a_new_one_reconciles(
+    autojump_clock, host: Host
+):
+    sim = GatedSimulator("gpudriver")
+    async with served(host, [sim]) as probe:
+        assert (await probe.reconciler.reconcile_once(make_state(1))).ok
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(probe.reconciler.reconcile_once, make_state(2))
+            await trio.testing.wait_all_tasks_blocked()
+            # Half-way between two states, the simulator's live answer is not ready...
+            sim.ready = Readiness.not_ready("driver tree half-way to generation 2")
+            code, body = await probe.get("/readyz")
+            # ...but the node still serves generation 1, which was ready.
+            assert code == 200, body
+            assert body["phase"] == "reconciling"
+            assert body["simulators"]["gpudriver"] == {"ready": True, "reason": ""}
+            sim.gate.set()
+        # The pass is over: its outcome is what the node serves now.
+        code, body = await probe.get("/readyz")
+        assert code == 503
+        assert body["not_ready"] == {"gpudriver": "driver tree half-way to generation 2"}
+
+
+async def test_a_crash_overrides_the_served_readiness_at_once(autojump_clock, host: Host):
+    sim = FakeDaemon("imex", crash_after=[5.0])
+    gate = GatedSimulator("gpudriver")
+    async with served(host, [gate, sim]) as probe:
+        assert (await probe.reconciler.reconcile_once(make_state(1))).ok
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(probe.reconciler.reconcile_once, make_state(2))
+            await trio.sleep(5.5)  # the daemon crashed during the pass (restart due at 6)
+            code, body = await probe.get("/readyz")
+            assert code == 503
+            assert body["not_ready"]["imex"].startswith("daemon crashed: RuntimeError: boom")
+            gate.gate.set()
+
+
+async def test_bodies_quote_at_most_a_short_excerpt_of_an_error(autojump_clock, host: Host):
+    huge = "x" * 5000
+    sims = [FakeSimulator("gpudriver", always_fail_stage=StageError(f"profile.yaml: {huge}"))]
     async with served(host, sims) as probe:
         await probe.reconciler.reconcile_once(make_state(1))
-        await probe.reconciler.reconcile_once(make_state(2), attempt=2)
-        probe.reconciler._note_update(SourceUpdate(state=make_state(2), error=SpecError("bad")))
-        await trio.sleep(30)
-        response = await probe.client.get("/metrics")
-        assert response.status_code == 200
-        assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
-        types, samples = parse_prometheus(response.text)
-    assert types["mokka_pass_duration_seconds"] == "summary"
-    assert types["mokka_simulator_failures_total"] == "counter"
-    assert sample(samples, "mokka_pass_duration_seconds_count") == 2
-    assert sample(samples, "mokka_pass_duration_seconds_sum") == 2 + (2 + 3)
-    assert sample(samples, "mokka_pass_last_duration_seconds") == 5
-    assert sample(samples, "mokka_passes_total", outcome="ok") == 1
-    assert sample(samples, "mokka_passes_total", outcome="stage-failed") == 1
-    assert sample(samples, "mokka_passes_total", outcome="apply-failed") == 0
-    assert sample(samples, "mokka_simulator_failures_total", simulator="cri", wave="stage") == 1
-    assert (
-        sample(samples, "mokka_simulator_failures_total", simulator="gpudriver", wave="stage") == 0
-    )
-    assert (
-        sample(samples, "mokka_simulator_duration_seconds_sum", simulator="gpudriver", wave="stage")
-        == 4
-    )
-    assert (
-        sample(samples, "mokka_simulator_duration_seconds_count", simulator="cri", wave="apply")
-        == 1
-    )
-    assert (
-        sample(samples, "mokka_simulator_last_duration_seconds", simulator="cri", wave="apply") == 3
-    )
-    assert (
-        sample(samples, "mokka_simulator_duration_seconds_count", simulator="ib", wave="supervise")
-        == 1
-    )
-    assert sample(samples, "mokka_observed_generation") == 2
-    assert sample(samples, "mokka_applied_generation") == 2
-    assert sample(samples, "mokka_seconds_since_last_success") == 30
-    assert sample(samples, "mokka_source_errors_total") == 1
-    assert sample(samples, "mokka_source_error") == 1
-    assert sample(samples, "mokka_stage_healthy") == 1
-    assert sample(samples, "mokka_simulator_ready", simulator="ib") == 1
-    assert sample(samples, "mokka_daemon_restarts_total", simulator="ib") == 0
-    assert snapshot(node_root) == before
+        probe.reconciler._note_update(SourceUpdate(state=None, error=SpecError(huge)))
+        for path in ("/healthz", "/readyz"):
+            response = await probe.client.get(path)
+            assert huge not in response.text
+            assert len(response.text) < 3000, path
+        _, body = await probe.get("/healthz")
+        error = body["failed"]["gpudriver"]["error"]
+        assert error.startswith("StageError: profile.yaml: xxx")
+        assert len(error) == 200
+        assert error.endswith("...")
+        assert len(body["source_error"]["error"]) < 250
 
 
-async def test_metrics_before_any_pass(autojump_clock, host: Host):
-    async with served(host, [FakeSimulator('we"ird\\name')]) as probe:
-        response = await probe.client.get("/metrics")
-    _types, samples = parse_prometheus(response.text)
-    assert math.isnan(sample(samples, "mokka_observed_generation"))
-    assert math.isnan(sample(samples, "mokka_seconds_since_last_success"))
-    # Label values are escaped and parse back.
-    assert sample(samples, "mokka_simulator_ready", simulator='we\\"ird\\\\name') == 1
+async def test_placeholder_device_reasons_are_said_once_with_the_count(autojump_clock, host: Host):
+    from mokka.artifacts import CharDevice
+    from mokka.fsops import placeholder_reason
+
+    devices = [CharDevice(f"/dev/nvidia{i}", 195, i) for i in range(14)]
+    reason = "; ".join([*(placeholder_reason(d) for d in devices), "nvidia-smi missing"])
+    sims = [FakeSimulator("gpudriver", ready=Readiness.not_ready(reason))]
+    async with served(host, sims) as probe:
+        assert (await probe.reconciler.reconcile_once(make_state(1))).ok
+        code, body = await probe.get("/readyz")
+    assert code == 503
+    said = body["not_ready"]["gpudriver"]
+    assert said.count("CAP_MKNOD") == 1
+    assert said == (
+        "14 device nodes are placeholder files (/dev/nvidia0, /dev/nvidia1 and 12 more): "
+        "no CAP_MKNOD; consumers cannot open them (run as root to get real nodes); "
+        "nvidia-smi missing"
+    )
 
 
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [(1, "1"), (True, "1"), (False, "0"), (0.5, "0.5"), (math.nan, "NaN"), (math.inf, "+Inf")],
-)
-def test_metric_values_are_spelled_the_prometheus_way(value, text):
-    assert format_value(value) == text
+async def test_a_daemon_waiting_for_the_root_says_so(autojump_clock, host: Host):
+    sims = [FakeSimulator("gpudriver")]
+    async with served(host, sims) as probe:
+        view = probe.view
+        view.set_holdup("waiting for the node root /r: another Mokka daemon (pid 42) holds it")
+        code, body = await probe.get("/readyz")
+        assert code == 503
+        assert body["reasons"][0].startswith("waiting for the node root /r: ")
+        assert "(pid 42)" in body["reasons"][0]
+        assert body["phase"] == "waiting for the node root"
+        code, _ = await probe.get("/healthz")
+        assert code == 200  # alive: a restart would only wait again
+        view.set_holdup(None)
+        code, body = await probe.get("/readyz")
+        assert body["reasons"] == ["no reconcile pass has succeeded yet"]

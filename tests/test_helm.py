@@ -10,6 +10,12 @@ package (see ``tests/helm_tool.py``).
 
 from __future__ import annotations
 
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +95,8 @@ def test_lint_strict_value_sets(helm: Helm, name: str) -> None:
 @pytest.mark.realclient
 def test_default_render_objects(helm: Helm) -> None:
     docs = helm.template()
-    assert sorted(d["kind"] for d in docs) == ["DaemonSet", "ServiceAccount"]
+    # The Pod is the `helm test` hook (see test_helm_test_hook_*).
+    assert sorted(d["kind"] for d in docs) == ["DaemonSet", "Pod", "Service", "ServiceAccount"]
     # No RBAC: the agent never talks to the API server.
     assert not [
         d for d in docs if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
@@ -100,10 +107,12 @@ def test_default_render_objects(helm: Helm) -> None:
     assert spec["automountServiceAccountToken"] is False
     for doc in docs:
         labels = doc["metadata"]["labels"]
+        assert doc["metadata"]["namespace"] == NAMESPACE
+        if doc["kind"] == "Pod":
+            continue
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["helm.sh/chart"] == f"mokka-{chart_meta()['version']}"
-        assert doc["metadata"]["namespace"] == NAMESPACE
 
 
 @pytest.mark.realclient
@@ -127,6 +136,11 @@ def test_default_render_container(helm: Helm) -> None:
         "--fabric-manager-init-delay": "0",
         "--kmsg-style": "journald",
         "--ib-mode": "auto",
+        "--workload": "auto",
+        "--workload-socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "--workload-poll-interval": "5",
+        "--workload-memory-share": "0.4",
+        "--workload-utilization": "60",
         "--driver-publish": "auto",
         "--nfd-features-dir": "/etc/kubernetes/node-feature-discovery/features.d",
         "--container-runtime": "on",
@@ -395,8 +409,7 @@ def test_unquoted_on_off_in_a_values_file(helm: Helm, tmp_path: Path) -> None:
     """YAML 1.1 reads an unquoted on/off as a boolean; the chart still means on/off."""
     values_file = tmp_path / "modes.yaml"
     values_file.write_text(
-        "nodeAgent:\n  imex:\n    mode: on\n  fabricManager:\n    mode: off\n"
-        "  ib:\n    mode: off\n"
+        "nodeAgent:\n  imex:\n    mode: on\n  fabricManager:\n    mode: off\n  ib:\n    mode: off\n"
     )
     rendered = flags(helm.template(files=(values_file,)))
     assert (rendered["--imex"], rendered["--fabric-manager"]) == ("on", "off")
@@ -452,8 +465,17 @@ def test_scheduling_values(helm: Helm) -> None:
         (("topology.domains[0].uuid=not-a-uuid",), "/topology/domains/0"),
         (("nodeAgent.featureGates.IMEXDownload=maybe",), "/nodeAgent/featureGates/IMEXDownload"),
     ],
-    ids=["number", "boolean", "profile", "mode", "sha256", "ib-mode", "log-format",
-         "topology-uuid", "gate"],
+    ids=[
+        "number",
+        "boolean",
+        "profile",
+        "mode",
+        "sha256",
+        "ib-mode",
+        "log-format",
+        "topology-uuid",
+        "gate",
+    ],
 )
 def test_schema_rejects_wrong_types(helm: Helm, sets: tuple[str, ...], message: str) -> None:
     error = helm.template_error(None, *sets)
@@ -516,6 +538,8 @@ def test_notes_tell_readiness_and_driver_root(helm: Helm) -> None:
     assert "/readyz" in notes
     assert "/var/lib/nvml-mock/driver" in notes
     assert "/etc/containerd/conf.d/50-mokka.toml" in notes
+    assert "port-forward" in notes
+    assert "InfiniBand:" not in notes
 
 
 # --------------------------------------------------------------------------
@@ -552,7 +576,9 @@ def test_rendered_flags_pass_the_daemon_and_simulator_validation(helm: Helm, nam
     namespace = parse_daemon_args(build_parser().parse_args, args)
     settings = Settings.from_args(namespace, environ={})
     assert str(settings.root) == "/host"
-    assert settings.health_addr == ("0.0.0.0", 9091)
+    # On the host network (the IB relay) the node IP, which the kubelet expands.
+    on_host_network = pod_spec(helm.template(VALUE_SETS[name])).get("hostNetwork", False)
+    assert settings.health_addr == ("$(NODE_IP)" if on_host_network else "0.0.0.0", 9091)
     # Every simulator builds (and so validates its settings) from the same flags.
     from mokka.simulators.registry import load_plugins
 
@@ -615,7 +641,7 @@ def test_default_values_validate_against_schema() -> None:
 
 
 # --------------------------------------------------------------------------
-# docs/helm.md: the values table cannot drift from values.yaml
+# The chart README's values table cannot drift from values.yaml
 # --------------------------------------------------------------------------
 
 
@@ -624,11 +650,13 @@ def test_docs_values_table_matches_values_yaml() -> None:
     documented = documented_values()
     undocumented = sorted(set(leaves) - set(documented))
     stale = sorted(set(documented) - set(leaves))
-    assert not undocumented, f"values.yaml keys missing from the docs/helm.md table: {undocumented}"
-    assert not stale, f"docs/helm.md documents keys values.yaml does not have: {stale}"
+    assert not undocumented, (
+        f"values.yaml keys missing from the chart README's table: {undocumented}"
+    )
+    assert not stale, f"the chart README documents keys values.yaml does not have: {stale}"
     for key, default in documented.items():
         assert yaml.safe_load(default) == leaves[key], (
-            f"docs/helm.md: default of {key} is `{default}`, values.yaml has {leaves[key]!r}"
+            f"chart README: default of {key} is `{default}`, values.yaml has {leaves[key]!r}"
         )
 
 
@@ -641,3 +669,478 @@ def test_docs_values_table_check_catches_drift() -> None:
     missing = dict(documented)
     missing.pop("nodeAgent.nri.socketPath")
     assert set(leaves) - set(missing) == {"nodeAgent.nri.socketPath"}
+
+
+# --------------------------------------------------------------------------
+# Conventions: stable pod labels, opted-in nodes, priority, health address
+# --------------------------------------------------------------------------
+
+
+def render_chart(helm: Helm, chart: Path, release: str, *sets: str) -> list[dict[str, Any]]:
+    """``helm template`` of any chart directory under any release name."""
+    args = [arg for item in sets for arg in ("--set", item)]
+    done = helm.run("template", release, str(chart), "--namespace", NAMESPACE, *args)
+    assert done.returncode == 0, f"helm template failed:\n{done.stderr}"
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@pytest.mark.realclient
+def test_a_chart_only_version_bump_leaves_the_pod_template_alone(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """A changed pod template rolls every node; a chart bump must not change it."""
+    bumped = tmp_path / "mokka"
+    shutil.copytree(CHART, bumped)
+    meta = chart_meta()
+    meta["version"] = "99.0.0"
+    (bumped / "Chart.yaml").write_text(yaml.safe_dump(meta))
+
+    before, after = daemonset(helm.template()), daemonset(render_chart(helm, bumped, RELEASE))
+    assert after["metadata"]["labels"]["helm.sh/chart"] == "mokka-99.0.0"
+    assert before["metadata"]["labels"]["helm.sh/chart"] != "mokka-99.0.0"
+    assert after["spec"]["template"] == before["spec"]["template"]
+    # Only the selector labels (plus the user's own) sit on the pods.
+    pod_labels = before["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels == before["spec"]["selector"]["matchLabels"]
+    assert not {"helm.sh/chart", "app.kubernetes.io/version"} & set(pod_labels)
+
+
+@pytest.mark.realclient
+def test_agents_run_on_opted_in_nodes_at_node_critical_priority(helm: Helm) -> None:
+    spec = pod_spec(helm.template())
+    assert spec["nodeSelector"] == {"mokka.io/gpu": "true"}
+    assert spec["priorityClassName"] == "system-node-critical"
+    # The install command of the docs labels nodes with exactly that label.
+    for doc in (ROOT / "docs" / "helm.md", CHART / "README.md"):
+        assert "kubectl label node worker-1 worker-2 mokka.io/gpu=true" in doc.read_text(), doc
+    # An explicit empty selector means every node again.
+    everywhere = pod_spec(helm.template(None, "nodeSelector=null"))
+    assert "nodeSelector" not in everywhere
+    assert "priorityClassName" not in pod_spec(helm.template(None, "priorityClassName=null"))
+
+
+@pytest.mark.realclient
+def test_health_address_is_explicit_and_matches_the_port(helm: Helm) -> None:
+    """The agent's own default is loopback: the chart must name an address kubelet reaches."""
+    docs = helm.template()
+    host, _, port = flags(docs)["--health-addr"].rpartition(":")
+    assert host == "0.0.0.0"
+    (container_port,) = agent(docs)["ports"]
+    assert container_port == {"name": "health", "containerPort": int(port), "protocol": "TCP"}
+    (service,) = by_kind(docs, "Service")
+    assert service["spec"]["ports"] == [
+        {"name": "http-metrics", "port": int(port), "targetPort": "health", "protocol": "TCP"}
+    ]
+
+
+# --------------------------------------------------------------------------
+# Seconds: numbers or decimal strings, within bounds
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.realclient
+def test_seconds_accept_decimals_given_with_set(helm: Helm) -> None:
+    docs = helm.template(None, "nodeAgent.shutdownTimeout=2.5")
+    assert flags(docs)["--shutdown-timeout"] == "2.5"
+    assert pod_spec(docs)["terminationGracePeriodSeconds"] == 3 + 5
+    docs = helm.template(
+        None, "nodeAgent.resyncInterval=0.5", "nodeAgent.fabricManager.initDelay=1.25"
+    )
+    assert flags(docs)["--resync-interval"] == "0.5"
+    assert flags(docs)["--fabric-manager-init-delay"] == "1.25"
+    # --set-string gives a string: accepted and rendered the same.
+    done = helm.run(
+        "template", RELEASE, str(CHART), "--set-string", "nodeAgent.shutdownTimeout=2.5"
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"--shutdown-timeout=2.5"' in done.stdout
+
+
+@pytest.mark.realclient
+@pytest.mark.parametrize(
+    ("flag", "given", "message"),
+    [
+        ("--set", "nodeAgent.shutdownTimeout=601", "/nodeAgent/shutdownTimeout"),
+        ("--set", "nodeAgent.shutdownTimeout=0", "/nodeAgent/shutdownTimeout"),
+        (
+            "--set-string",
+            "nodeAgent.shutdownTimeout=900",
+            "nodeAgent.shutdownTimeout=900: expected",
+        ),
+        (
+            "--set-string",
+            "nodeAgent.shutdownTimeout=0.0",
+            "nodeAgent.shutdownTimeout=0.0: expected",
+        ),
+        ("--set", "nodeAgent.resyncInterval=86401", "/nodeAgent/resyncInterval"),
+        ("--set-string", "nodeAgent.resyncInterval=100000", "nodeAgent.resyncInterval=100000"),
+        ("--set", "nodeAgent.fabricManager.initDelay=3601", "/nodeAgent/fabricManager/initDelay"),
+        ("--set", "nodeAgent.shutdownTimeout=2.5.1", "/nodeAgent/shutdownTimeout"),
+        ("--set", "nodeAgent.probes.liveness.periodSeconds=100000", "periodSeconds"),
+        ("--set", "nodeAgent.probes.readiness.failureThreshold=5000", "failureThreshold"),
+    ],
+)
+def test_seconds_out_of_range_are_refused(helm: Helm, flag: str, given: str, message: str) -> None:
+    done = helm.run("template", RELEASE, str(CHART), flag, given)
+    assert done.returncode != 0, f"{flag} {given} was accepted"
+    assert message in done.stderr, done.stderr
+
+
+# --------------------------------------------------------------------------
+# Metrics: the Service, ServiceMonitor and PodMonitor
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.realclient
+def test_service_selects_the_agents_ready_or_not(helm: Helm) -> None:
+    docs = helm.template()
+    (service,) = by_kind(docs, "Service")
+    spec = service["spec"]
+    assert spec["clusterIP"] == "None"
+    assert spec["publishNotReadyAddresses"] is True
+    ds = daemonset(docs)
+    assert spec["selector"] == ds["spec"]["selector"]["matchLabels"]
+    assert spec["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert not by_kind(docs, "ServiceMonitor")
+    assert not by_kind(docs, "PodMonitor")
+    # Without the Service there is nothing for the test hook to resolve.
+    docs = helm.template(None, "metrics.service.enabled=false")
+    assert not by_kind(docs, "Service")
+    assert not by_kind(docs, "Pod")
+
+
+@pytest.mark.realclient
+def test_service_monitor_scrapes_the_service(helm: Helm) -> None:
+    docs = helm.template(
+        None, "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=prom"
+    )
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    (service,) = by_kind(docs, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint == {
+        "port": service["spec"]["ports"][0]["name"],
+        "path": "/metrics",
+        "interval": "30s",
+        "scrapeTimeout": "10s",
+    }
+
+
+@pytest.mark.realclient
+def test_pod_monitor_scrapes_the_pods(helm: Helm) -> None:
+    docs = helm.template(None, "metrics.podMonitor.enabled=true", "metrics.podMonitor.interval=1m")
+    (monitor,) = by_kind(docs, "PodMonitor")
+    ds = daemonset(docs)
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == agent(docs)["ports"][0]["name"]
+    assert (endpoint["path"], endpoint["interval"]) == ("/metrics", "1m")
+
+
+@pytest.mark.realclient
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (
+            ("metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true"),
+            "would scrape every agent twice",
+        ),
+        (
+            ("metrics.serviceMonitor.enabled=true", "metrics.service.enabled=false"),
+            "metrics.serviceMonitor.enabled=true needs metrics.service.enabled=true",
+        ),
+        (("metrics.serviceMonitor.interval=often",), "/metrics/serviceMonitor/interval"),
+    ],
+    ids=["both-monitors", "monitor-without-service", "interval"],
+)
+def test_monitor_values_that_cannot_work_are_refused(
+    helm: Helm, sets: tuple[str, ...], message: str
+) -> None:
+    assert message in helm.template_error(None, *sets)
+
+
+# --------------------------------------------------------------------------
+# `helm test`: the readiness check of every agent
+# --------------------------------------------------------------------------
+
+
+def hook_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (pod,) = by_kind(docs, "Pod")
+    return pod
+
+
+@pytest.mark.realclient
+def test_helm_test_hook_checks_every_agent_unprivileged(helm: Helm) -> None:
+    docs = helm.template()
+    pod = hook_pod(docs)
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (service,) = by_kind(docs, "Service")
+    # The Service must not select the test pod itself.
+    assert not service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == agent(docs)["image"]
+    python, dash_c, script, host, port = container["command"]
+    assert (python, dash_c) == ("python3", "-c")
+    assert script == (CHART / "files" / "readyz-check.py").read_text()
+    assert host == f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    assert int(port) == service["spec"]["ports"][0]["port"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+class _Readyz(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        body = json.dumps({"ready": self.status == 200, "path": self.path}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.realclient
+@pytest.mark.parametrize(("status", "code"), [(200, 0), (503, 1)])
+def test_helm_test_hook_script_against_a_health_server(helm: Helm, status: int, code: int) -> None:
+    """The rendered command, run here against a local /readyz, passes or fails by its answer."""
+    (container,) = hook_pod(helm.template())["spec"]["containers"]
+    script = container["command"][2]
+    handler = type("Readyz", (_Readyz,), {"status": status})
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", script, "127.0.0.1", str(server.server_address[1])],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            server.shutdown()
+    assert done.returncode == code, done.stdout + done.stderr
+    assert f"127.0.0.1: {status} " in done.stdout
+    assert '"path": "/readyz"' in done.stdout
+    assert f"{1 - code} of 1 node agents ready" in done.stdout
+
+
+def test_helm_test_hook_script_names_a_missing_service() -> None:
+    script = (CHART / "files" / "readyz-check.py").read_text()
+    done = subprocess.run(
+        [sys.executable, "-c", script, "no-such-agent.invalid", "9091"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "no node agent behind no-such-agent.invalid" in done.stdout
+
+
+# --------------------------------------------------------------------------
+# Object names, as the docs state them
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.realclient
+@pytest.mark.parametrize(
+    ("release", "profile_cm", "topology_cm"),
+    [
+        ("mokka", "mokka-profile", "mokka-topology"),
+        ("gpu-sim", "gpu-sim-mokka-profile", "gpu-sim-mokka-topology"),
+    ],
+)
+def test_configmap_names_are_the_documented_ones(
+    helm: Helm, release: str, profile_cm: str, topology_cm: str
+) -> None:
+    docs = render_chart(
+        helm,
+        CHART,
+        release,
+        "nodeAgent.customProfile.version=1.0",
+        "topology.enabled=true",
+    )
+    names = sorted(d["metadata"]["name"] for d in by_kind(docs, "ConfigMap"))
+    assert names == [profile_cm, topology_cm]
+    projected = volumes(docs)["config"]["projected"]["sources"]
+    assert [s["configMap"]["name"] for s in projected] == [profile_cm, topology_cm]
+    for doc in (CHART / "README.md", ROOT / "docs" / "helm.md"):
+        text = " ".join(doc.read_text().split())
+        assert f"`{profile_cm}`" in text, f"{doc} does not name {profile_cm}"
+    readme = " ".join((CHART / "README.md").read_text().split())
+    assert f"`{topology_cm}`" in readme
+
+
+@pytest.mark.realclient
+def test_gpudriver_doc_states_the_mount_the_chart_renders(helm: Helm) -> None:
+    """docs/gpudriver.md: the node's / at /host, Bidirectional; nothing at /run/nvidia."""
+    docs = helm.template()
+    container_mounts = mounts(agent(docs))
+    bidirectional = {
+        path for path, m in container_mounts.items() if m.get("mountPropagation") == "Bidirectional"
+    }
+    assert bidirectional == {"/host"}
+    assert volumes(docs)[container_mounts["/host"]["name"]]["hostPath"]["path"] == "/"
+    assert not [p for p in container_mounts if p.startswith("/run/nvidia")]
+    assert flags(docs)["--root"] == "/host"
+    text = " ".join((ROOT / "docs" / "gpudriver.md").read_text().split())
+    assert (
+        "the chart mounts the node's `/` at `/host` with `mountPropagation: Bidirectional`" in text
+    )
+    assert "mounts nothing at `/run/nvidia` itself" in text
+
+
+@pytest.mark.realclient
+def test_workload_values_reach_the_agent_and_bad_ones_are_refused(helm: Helm) -> None:
+    docs = helm.template(None, "nodeAgent.workload.mode=off", "nodeAgent.workload.pollInterval=2.5",
+                         "nodeAgent.workload.socket=/run/kubelet/pr.sock")
+    rendered = flags(docs)
+    assert rendered["--workload"] == "off"
+    assert rendered["--workload-poll-interval"] == "2.5"
+    assert rendered["--workload-socket"] == "/run/kubelet/pr.sock"
+    for bad in ("nodeAgent.workload.memoryShare=1.5", "nodeAgent.workload.utilization=101",
+                "nodeAgent.workload.socket=relative", "nodeAgent.workload.mode=sometimes"):
+        assert "workload" in helm.template_error(None, bad), bad
+
+
+# --------------------------------------------------------------------------
+# The InfiniBand relay (nodeAgent.ib.fabric)
+# --------------------------------------------------------------------------
+
+#: The fabric of the ci value set, on the default (and documented) port.
+IB_FABRIC = VALUE_SETS["ib-fabric"]
+
+
+@pytest.mark.realclient
+def test_ib_fabric_is_off_by_default(helm: Helm) -> None:
+    for docs in (helm.template(), helm.template(VALUE_SETS["topology"])):
+        spec = pod_spec(docs)
+        assert "hostNetwork" not in spec
+        assert "dnsPolicy" not in spec
+        assert not [f for f in flags(docs) if f.startswith(("--ib-relay", "--ib-peer"))]
+        assert [p["name"] for p in agent(docs)["ports"]] == ["health"]
+        assert not by_kind(docs, "NetworkPolicy")
+
+
+@pytest.mark.realclient
+def test_ib_fabric_runs_the_relay_on_the_host_network(helm: Helm) -> None:
+    from mokka.cli import build_parser
+    from mokka.simulators.ib.settings import RELAY_PORT, IbSettings
+
+    docs = helm.template(IB_FABRIC)
+    spec = pod_spec(docs)
+    assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    container = agent(docs)
+    rendered = flags(docs)
+    assert rendered["--ib-relay-port"] == str(RELAY_PORT) == "18515"
+    assert rendered["--ib-peer"] == "worker-1=10.0.0.11:18515"
+    assert {"name": "ib-relay", "containerPort": RELAY_PORT, "protocol": "TCP"} in (
+        container["ports"])
+    # The health port binds the node IP, not every interface of the node.
+    assert rendered["--health-addr"] == "$(NODE_IP):9091"
+    assert {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in (
+        container["env"])
+    # The daemon's own parser and the simulator's settings take the flags.
+    namespace = parse_daemon_args(build_parser().parse_args, container["args"])
+    settings = IbSettings.from_args(namespace)
+    assert settings.relay_port == RELAY_PORT
+    assert settings.peer_address("worker-1") == ("10.0.0.11", RELAY_PORT)
+    assert settings.peer_address("worker-0") == ("worker-0", RELAY_PORT)
+    # The notes say so, and read the health port at the node IP.
+    done = helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
+                    *helm.values_args(IB_FABRIC, ()))
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "the agents relay on TCP port 18515" in notes
+    assert "port-forward" not in notes
+    assert 'curl -s "$IP:9091/readyz"' in notes
+    # Another port reaches the flag and the container port alike.
+    docs = helm.template(IB_FABRIC, "nodeAgent.ib.fabric.port=20000")
+    assert flags(docs)["--ib-relay-port"] == "20000"
+    assert {"name": "ib-relay", "containerPort": 20000, "protocol": "TCP"} in (
+        agent(docs)["ports"])
+
+
+@pytest.mark.realclient
+def test_ib_fabric_network_policy_admits_the_relay_from_agents_only(helm: Helm) -> None:
+    docs = helm.template(IB_FABRIC)
+    (policy,) = by_kind(docs, "NetworkPolicy")
+    selector = daemonset(docs)["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": selector}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    relay, health = policy["spec"]["ingress"]
+    assert relay == {
+        "from": [{"podSelector": {"matchLabels": selector}},
+                 {"ipBlock": {"cidr": "10.0.0.0/16"}}],
+        "ports": [{"protocol": "TCP", "port": 18515}],
+    }
+    # Isolated for ingress, the pods would lose their probes and scrapes.
+    assert health == {"ports": [{"protocol": "TCP", "port": 9091}]}
+    assert not by_kind(helm.template(IB_FABRIC, "nodeAgent.ib.fabric.networkPolicy.enabled=false"),
+                       "NetworkPolicy")
+
+
+@pytest.mark.realclient
+def test_ib_fabric_without_hcas_renders_no_relay(helm: Helm) -> None:
+    """A built-in profile without an infiniband block has nothing to relay."""
+    for profile in ("a100", "l40s", "t4"):
+        docs = helm.template(IB_FABRIC, f"nodeAgent.profile={profile}")
+        assert "hostNetwork" not in pod_spec(docs), profile
+        assert "--ib-relay-port" not in flags(docs)
+        assert flags(docs)["--health-addr"] == "0.0.0.0:9091"
+        assert not by_kind(docs, "NetworkPolicy")
+    # Asked for explicitly (sysfs), or a custom profile: the chart trusts it.
+    docs = helm.template(IB_FABRIC, "nodeAgent.profile=t4", "nodeAgent.ib.mode=sysfs")
+    assert pod_spec(docs)["hostNetwork"] is True
+
+
+def test_ib_fabric_profiles_without_hcas_are_the_built_in_ones() -> None:
+    """The chart's list of built-in profiles without HCAs is the profiles' own."""
+    from mokka.state.compile import compile_profile
+
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    listed = helpers.split('define "mokka.profilesWithoutIb" -}}\n', 1)[1].split("\n", 1)[0]
+    shipped = sorted(p.stem for p in (ROOT / "mokka" / "state" / "profiles").glob("*.yaml"))
+    without = [name for name in shipped
+               if compile_profile(name, node_name="n").infiniband is None]
+    assert listed.split() == without
+    assert without
+    assert len(without) < len(shipped)
+
+
+@pytest.mark.realclient
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (("topology.enabled=false",), "nodeAgent.ib.fabric.enabled=true needs topology.enabled"),
+        (("nodeAgent.ib.mode=off",), "with nodeAgent.ib.mode=off: there are no HCAs"),
+        (("nodeAgent.ib.fabric.port=9091",), "expected a port other than the health port 9091"),
+        (("nodeAgent.ib.fabric.port=80",), "/nodeAgent/ib/fabric/port"),
+        (("nodeAgent.ib.fabric.port=65536",), "/nodeAgent/ib/fabric/port"),
+        (("nodeAgent.ib.fabric.port=x",), "/nodeAgent/ib/fabric/port"),
+        (("nodeAgent.ib.fabric.peers.worker-1=10.0.0.11",), "/nodeAgent/ib/fabric/peers"),
+        (("nodeAgent.ib.fabric.peers.worker-1=h:99999",), "/nodeAgent/ib/fabric/peers"),
+        (("nodeAgent.ib.fabric.networkPolicy.allow=x",),
+         "'/nodeAgent/ib/fabric/networkPolicy': additional properties 'allow'"),
+        (("nodeAgent.ib.fabric.relayPort=1",),
+         "'/nodeAgent/ib/fabric': additional properties 'relayPort'"),
+    ],
+    ids=["no-topology", "ib-off", "health-port", "port-low", "port-high", "port-type",
+         "peer-no-port", "peer-port-range", "policy-key", "fabric-key"],
+)
+def test_ib_fabric_values_that_cannot_work_are_refused(
+    helm: Helm, sets: tuple[str, ...], message: str
+) -> None:
+    error = helm.template_error(IB_FABRIC, *sets)
+    assert message in error, error
+

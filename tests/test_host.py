@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -15,8 +17,11 @@ from pathlib import Path
 import pytest
 
 import mokka.convergence
-from mokka.errors import HostPathError
-from mokka.host import CharDevice, CopyOf, Directory, File, Host, Symlink
+import mokka.fsops
+import mokka.host
+import mokka.manifest
+from mokka.errors import HostFaultError, HostPathError
+from mokka.host import CharDevice, ConvergeReport, CopyOf, Directory, File, Host, Symlink
 from mokka.manifest import Manifest
 from tests.support import ROOT, snapshot
 
@@ -240,7 +245,7 @@ def test_placeholder_device_when_mknod_is_not_permitted(
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "mknod", no_mknod)
-    monkeypatch.setattr(mokka.convergence, "_MKNOD_PROBE", None)
+    monkeypatch.setattr(mokka.fsops, "_MKNOD_PROBE", None)
     report = host.converge("t", [CharDevice("/dev/nvidiactl", 195, 255)])
     placeholder = node_root / "dev/nvidiactl"
     assert placeholder.is_file()
@@ -378,16 +383,64 @@ def test_a_parent_removed_by_another_owner_mid_converge_is_made_again(
     assert snapshot(node_root) == before
 
 
-def test_owners_sharing_parents_converge_concurrently_without_errors(node_root: Path):
+def test_sharing_and_forgetting_a_directory_never_interleave(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The race two owners had: ``b`` finds ``/d`` there and asks whether ``a``
+    lists it, while ``a`` removes it (or fails to, not empty) and forgets it;
+    both can then forget a directory that stays.  Both decisions are made
+    under the host's one directory lock; checked at the two points, every time.
+    """
+    before = snapshot(node_root)
+    checked: list[str] = []
+    real_lists = mokka.convergence.lists_directory
+    real_rmdir = mokka.convergence.Convergence._rmdir
+
+    def lists_directory(directory, owner, key):
+        assert host.dirs_lock.locked(), f"shared-directory check of {key} outside the lock"
+        checked.append(f"share {key}")
+        return real_lists(directory, owner, key)
+
+    def rmdir(norm, real):
+        assert host.dirs_lock.locked(), f"rmdir of {norm} outside the lock"
+        checked.append(f"rmdir {norm}")
+        return real_rmdir(norm, real)
+
+    monkeypatch.setattr(mokka.convergence, "lists_directory", lists_directory)
+    monkeypatch.setattr(mokka.convergence.Convergence, "_rmdir", staticmethod(rmdir))
+    host.converge("a", [File("/d/a", "a")])
+    host.converge("b", [File("/d/b", "b")])
+    host.discard("a")
+    host.discard("b")
+    assert checked == ["share /d", "rmdir /d", "rmdir /d"]
+    assert snapshot(node_root) == before
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_owners_sharing_parents_converge_concurrently_without_errors(
+    node_root: Path, round_: int
+):
     """Two owners grow and shrink into the same directories from two threads,
-    as the simulators of one Stage wave do; none of their converges may fail."""
+    as the simulators of one Stage wave do; none of their converges may fail,
+    and once both are discarded no shared parent may be left behind.
+
+    Both threads start each step together (a barrier), so every step is a
+    real overlap of one owner's "share or create" with the other's "remove
+    and forget", not two threads that happen to be scheduled one after the
+    other; 3 rounds of 300 overlapping steps, in and out of phase.
+    """
     host = Host(node_root)
     before = snapshot(node_root)
     errors: list[str] = []
+    steps = 300
+    barrier = threading.Barrier(2, timeout=60)
 
     def churn(owner: str) -> None:
-        for i in range(400):
-            wanted = [File(f"/d/a/{owner}", "x"), Directory(f"/d/b/{owner}")] if i % 2 else []
+        for i in range(steps):
+            barrier.wait()
+            # Out of phase on odd rounds: one grows while the other shrinks.
+            grow = (i + (owner == "y" and round_ % 2)) % 2
+            wanted = [File(f"/d/a/{owner}", "x"), Directory(f"/d/b/{owner}")] if grow else []
             try:
                 host.converge(owner, wanted)
             except Exception as exc:  # every failure is the finding
@@ -397,7 +450,8 @@ def test_owners_sharing_parents_converge_concurrently_without_errors(node_root: 
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
     assert errors == []
     host.discard("x")
     host.discard("y")
@@ -436,14 +490,14 @@ def test_one_path_that_cannot_go_does_not_keep_the_rest(
 ):
     before = snapshot(node_root)
     host.converge("t", [File("/a/x", "1"), File("/b/deep/y", "2"), File("/c/z", "3")])
-    real_unlink = mokka.convergence._unlink
+    real_unlink = mokka.fsops.unlink
 
     def unlink(path: Path) -> None:
         if path.name == "y":
             raise PermissionError(1, "Operation not permitted", str(path))
         real_unlink(path)
 
-    monkeypatch.setattr(mokka.convergence, "_unlink", unlink)
+    monkeypatch.setattr(mokka.fsops, "unlink", unlink)
     with pytest.raises(HostPathError, match=r"could not remove /b/deep/y \(Operation not "
                        r"permitted\); kept in the manifest for the next try"):
         host.discard("t")
@@ -451,7 +505,7 @@ def test_one_path_that_cannot_go_does_not_keep_the_rest(
     assert not (node_root / "a").exists()
     assert not (node_root / "c").exists()
     assert host.owned("t") == {"/b": "dir", "/b/deep": "dir", "/b/deep/y": "file"}
-    monkeypatch.setattr(mokka.convergence, "_unlink", real_unlink)
+    monkeypatch.setattr(mokka.fsops, "unlink", real_unlink)
     host.discard("t")  # the next try (a later teardown, `mokka cleanup`) finishes the job
     assert snapshot(node_root) == before
 
@@ -508,14 +562,14 @@ def test_the_mknod_probe_writes_only_under_the_root(
         return real_mknod(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "mknod", mknod)
-    monkeypatch.setattr(mokka.convergence, "_MKNOD_PROBE", None)
+    monkeypatch.setattr(mokka.fsops, "_MKNOD_PROBE", None)
     # A placeholder from an earlier run without CAP_MKNOD: asking whether it
     # still fits is what runs the probe.
     (node_root / "dev").mkdir()
     (node_root / "dev/nvidiactl").write_text("mokka placeholder for character device 195:255\n")
     before = snapshot(node_root)
     host.converge("t", [CharDevice("/dev/nvidiactl", 195, 255)])
-    assert mokka.convergence._MKNOD_PROBE is not None
+    assert mokka.fsops._MKNOD_PROBE is not None
     assert made
     assert [p for p in made if not p.startswith(f"{node_root}/")] == []
     host.discard("t")
@@ -530,20 +584,239 @@ def test_cleanup_tries_every_owner_and_says_what_is_left(
     host = Host(node_root)
     host.converge("a", [File("/a/stuck", "1")])
     host.converge("b", [File("/b/f", "2")])
-    real_unlink = mokka.convergence._unlink
+    real_unlink = mokka.fsops.unlink
 
     def unlink(path: Path) -> None:
         if path.name == "stuck":
             raise PermissionError(1, "Operation not permitted", str(path))
         real_unlink(path)
 
-    monkeypatch.setattr(mokka.convergence, "_unlink", unlink)
+    monkeypatch.setattr(mokka.fsops, "unlink", unlink)
     assert run_cleanup_command(argparse.Namespace(root=str(node_root))) == 1
     assert capsys.readouterr().err == (
         "mokka cleanup: error: a: could not remove /a/stuck (Operation not permitted); "
         "kept in the manifest for the next try\n")
     assert not (node_root / "b").exists()  # the owner after the stuck one was discarded
     assert Host(node_root).owned("a") == {"/a": "dir", "/a/stuck": "file"}
-    monkeypatch.setattr(mokka.convergence, "_unlink", real_unlink)
+    monkeypatch.setattr(mokka.fsops, "unlink", real_unlink)
     assert run_cleanup_command(argparse.Namespace(root=str(node_root))) == 0
     assert snapshot(node_root) == {}
+
+
+# ---- expected faults ---------------------------------------------------------------
+
+
+def test_a_full_disk_is_one_host_fault_naming_the_path(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """ENOSPC from a data write (which names no file) says which path it was,
+    as a ``HostFaultError``; the temp file is gone and a discard removes the rest."""
+    before = snapshot(node_root)
+    real_write_data = mokka.fsops.write_all
+
+    def write_data(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(mokka.fsops, "write_all", write_data)
+    with pytest.raises(HostFaultError) as caught:
+        host.converge("t", [File("/opt/big/blob", "x" * 100)])
+    assert str(caught.value) == (
+        "t: /opt/big/blob: No space left on device (ENOSPC): "
+        "the filesystem holding the node root is full"
+    )
+    assert not list((node_root / "opt/big").iterdir())  # no temp file left
+    monkeypatch.setattr(mokka.fsops, "write_all", real_write_data)
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
+def test_a_vanished_root_is_one_host_fault(tmp_path: Path):
+    root = tmp_path / "gone"
+    root.mkdir()
+    host = Host(root)
+    root.rmdir()
+    with pytest.raises(HostFaultError, match=rf"^t: the node root {re.escape(str(root))} is gone$"):
+        host.converge("t", [File("/a", "a")])
+    assert host.discard("t").removed == ()
+    assert not root.exists()
+
+
+def test_discarding_what_was_never_written_writes_nothing(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A teardown on a root the daemon never wrote to (read-only, closed, or
+    simply untouched) must not create the state directory to find that out:
+    on a read-only root that mkdir is the EROFS teardown failed with."""
+    (node_root / "etc").mkdir()
+    before = snapshot(node_root)
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    for module in (mokka.host.os, mokka.manifest.os, mokka.convergence.os):
+        monkeypatch.setattr(module, "mkdir", read_only)
+    assert host.discard("t") == ConvergeReport()
+    assert host.discard_all() == ConvergeReport()
+    assert snapshot(node_root) == before
+
+
+def test_a_symlinked_state_directory_and_var_run_are_removed_at_their_targets(
+    host: Host, node_root: Path
+):
+    """``var/run -> /run`` and ``var/lib/mokka -> /data/mokka``: the directories
+    made at the link targets are recorded there, and go again on discard."""
+    (node_root / "run").mkdir()
+    (node_root / "data").mkdir()
+    (node_root / "var/lib").mkdir(parents=True)
+    (node_root / "var/run").symlink_to("/run")
+    (node_root / "var/lib/mokka").symlink_to("/data/mokka")
+    before = snapshot(node_root)
+    host.converge("t", [File("/var/run/cdi/spec.yaml", "x"), Directory("/var/run/nvidia")])
+    assert (node_root / "run/cdi/spec.yaml").read_text() == "x"
+    assert (node_root / "data/mokka/manifests/t.json").is_file()
+    assert host.owned("t") == {
+        "/run/cdi": "dir", "/var/run/cdi/spec.yaml": "file", "/run/nvidia": "dir",
+    }
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
+# ---- the drift check of a pass that changes nothing ------------------------------
+
+
+def test_an_unchanged_converge_reads_no_manifest_and_writes_nothing(
+    host: Host, node_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    source = tmp_path / "libfake.so"
+    source.write_bytes(b"\x7fELF fake")
+    wanted = [
+        *files(3),
+        Symlink("/var/lib/nvml-mock/driver/dev/link", "nvidia0"),
+        CopyOf("/usr/lib/libfake.so", source),
+        Directory("/etc/empty", 0o750),
+    ]
+    host.converge("t", wanted)
+    before = snapshot(node_root)
+    loads: list[str] = []
+    real_load = Manifest.load.__func__
+
+    def counting_load(cls, owner: str, directory: Path) -> Manifest:
+        loads.append(owner)
+        return real_load(cls, owner, directory)
+
+    monkeypatch.setattr(Manifest, "load", classmethod(counting_load))
+    for _ in range(3):
+        assert host.converge("t", list(wanted)) == ConvergeReport()
+    assert loads == []
+    assert snapshot(node_root) == before
+    # A different set of artifacts is a full converge again.
+    assert host.converge("t", wanted[:-1]).removed == ("/etc/empty", "/etc")
+    assert loads == ["t"]
+    host.discard("t")
+    assert snapshot(node_root) == {}
+
+
+@pytest.mark.parametrize(
+    "drift",
+    ["content", "deleted", "chmod", "replaced", "parent-renamed", "source-changed"],
+)
+def test_drift_since_the_last_converge_is_put_right(
+    host: Host, node_root: Path, tmp_path: Path, drift: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Whatever changed after a converge, the next one with the same artifacts
+    is a full converge (the signature check must not take a changed node for a
+    settled one), which puts it right."""
+    source = tmp_path / "libfake.so"
+    source.write_bytes(b"version 1")
+    wanted = [*files(2), CopyOf("/usr/lib/libfake.so", source)]
+    host.converge("t", wanted)
+    converged = snapshot(node_root)
+    dev = node_root / "var/lib/nvml-mock/driver/dev"
+    victim = dev / "nvidia1"
+    if drift == "content":
+        # Same size, same mtime: only the change time gives it away.
+        st = os.stat(victim)
+        victim.write_bytes(b"tampered!")
+        os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif drift == "deleted":
+        victim.unlink()
+    elif drift == "chmod":
+        victim.chmod(0o600)
+    elif drift == "replaced":
+        victim.unlink()
+        victim.symlink_to("nvidia0")
+    elif drift == "parent-renamed":
+        # The directory moved away and a link to it put in its place: the
+        # files are where they were through the link, but not as placed.
+        moved = dev.with_name("dev.moved")
+        dev.rename(moved)
+        dev.symlink_to("dev.moved")
+    else:
+        source.write_bytes(b"version 2")
+    loads: list[str] = []
+    real_load = Manifest.load.__func__
+    monkeypatch.setattr(Manifest, "load", classmethod(
+        lambda cls, owner, directory: loads.append(owner) or real_load(cls, owner, directory)
+    ))
+    report = host.converge("t", wanted)
+    assert loads == ["t"]
+    # Through the link the files are as placed: a full converge, nothing to change.
+    assert report.changed == (drift != "parent-renamed")
+    if drift == "source-changed":
+        assert (node_root / "usr/lib/libfake.so").read_bytes() == b"version 2"
+    elif drift != "parent-renamed":
+        assert snapshot(node_root) == converged
+    host.discard("t")
+
+
+def _placed_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Node paths ``Convergence.place`` looks at from now on (those not skipped as unchanged)."""
+    seen: list[str] = []
+    real_place = mokka.convergence.Convergence.place
+
+    def place(self, art, norm: str) -> None:
+        seen.append(norm)
+        real_place(self, art, norm)
+
+    monkeypatch.setattr(mokka.convergence.Convergence, "place", place)
+    return seen
+
+
+def test_a_changed_converge_skips_only_what_is_exactly_as_it_left_it(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A converge with one artifact more looks again only at the new path and at
+    the one someone changed meanwhile; the untouched ones keep their inodes."""
+    prefix = "/var/lib/nvml-mock/driver/dev/nvidia"
+    host.converge("t", files(3))
+    dev = node_root / prefix.lstrip("/")
+    inodes = {i: os.lstat(f"{dev}{i}").st_ino for i in range(3)}
+    victim = Path(f"{dev}1")
+    st = os.stat(victim)
+    victim.write_bytes(b"tampered\n")  # same size as "device 1\n"
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    seen = _placed_paths(monkeypatch)
+    report = host.converge("t", files(4))
+    assert seen == [f"{prefix}1", f"{prefix}3"]
+    assert (report.created, report.updated) == ((f"{prefix}3",), (f"{prefix}1",))
+    assert victim.read_bytes() == b"device 1\n"
+    assert os.lstat(f"{dev}0").st_ino == inodes[0]
+    assert os.lstat(f"{dev}2").st_ino == inodes[2]
+    host.discard("t")
+    assert snapshot(node_root) == {}
+
+
+def test_a_directory_swapped_for_a_link_to_it_is_looked_at_again(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Through the link every file still has its signature: only the check that
+    each directory above is the same one (not a link) sends them back to ``place``."""
+    prefix = "/var/lib/nvml-mock/driver/dev/nvidia"
+    host.converge("t", files(2))
+    dev = node_root / "var/lib/nvml-mock/driver/dev"
+    dev.rename(dev.with_name("dev.moved"))
+    dev.symlink_to("dev.moved")
+    seen = _placed_paths(monkeypatch)
+    host.converge("t", files(3))
+    assert seen == [f"{prefix}0", f"{prefix}1", f"{prefix}2"]
+    host.discard("t")

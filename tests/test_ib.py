@@ -23,14 +23,22 @@ from mokka.simulators import registry
 from mokka.simulators.base import Simulator
 from mokka.simulators.ib import PLUGIN, IbSettings, IbSimulator
 from mokka.simulators.ib.bundle import STAGED_DIR
-from mokka.simulators.ib.hca import lid_base, plan_hcas
+from mokka.simulators.ib.hca import plan_hcas
 from mokka.simulators.ib.settings import DEFAULT_TOOLS_DIR
 from mokka.simulators.ib.tools import IBSTAT, Tool, wrapper_script
 from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from mokka.state.profile import read_profile_text
-from tests.ib_support import NO_TOOLS, build_ib_shims, stage, state_of
+from tests.ib_support import (
+    NO_TOOLS,
+    discard_with_pcibus,
+    ib_native_fixture,  # noqa: F401  (a fixture: tests name it ib_native)
+    native_env_fixture,  # noqa: F401  (a fixture: tests name it native_env)
+    stage,
+    stage_with_pcibus,
+    state_of,
+)
 from tests.nvml_support import compiler
 from tests.support import ROOT, require_tool, snapshot
 
@@ -53,18 +61,6 @@ COUNTERS = words(
 )
 
 
-@pytest.fixture(scope="module")
-def ib_native(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """libmockfs.so and libibshim.so built from the current sources."""
-    return build_ib_shims(tmp_path_factory.mktemp("ib-native"))
-
-
-@pytest.fixture
-def native_env(ib_native: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MOKKA_NATIVE_DIR", str(ib_native))
-    return ib_native
-
-
 def groups(value: int, width: int) -> str:
     digits = f"{value:0{width * 4}x}"
     return ":".join(digits[i : i + 4] for i in range(0, len(digits), 4))
@@ -80,7 +76,9 @@ def expected_tree(state: State) -> dict[str, tuple]:
         "sys/class/infiniband_verbs/abi_version": ("file", ro, b"6\n"),
     }
     device_id = int(ib.hca_type[2:])
-    lids = [lid_base(state.node_name, ib.hca_count) + i for i in range(ib.hca_count)]
+    # A node without a topology document is a fabric of its own: its leaf
+    # switch has LID 2 (the spine and SM have 1), its HCAs 3 upwards.
+    lids = [3 + i for i in range(ib.hca_count)]
     for i, guid_text in enumerate(ib.node_guids):
         guid = groups(int(guid_text, 16), 4)
         hca = f"sys/class/infiniband/mlx5_{i}"
@@ -259,8 +257,10 @@ def test_hca_values_follow_the_profile_and_node() -> None:
     other = plan_hcas(compile_profile("gb300", node_name="node-b"))
     assert {h.guid for h in hcas}.isdisjoint({h.guid for h in other})
     assert [h.lid for h in plan_hcas(state)] == [h.lid for h in hcas]  # stable
-    # 256 HCAs (the compiler's limit) still fit below the last unicast LID.
-    assert all(2 <= lid_base(f"node-{n}", 256) <= 0xBFFF - 255 for n in range(200))
+    # Alone in its fabric (no topology document), each node's HCAs follow its
+    # leaf switch (LID 2): node-b's equal node-a's, as two separate subnets do.
+    assert [h.lid for h in hcas] == [3, 4, 5, 6]
+    assert [h.lid for h in other] == [3, 4, 5, 6]
 
 
 def test_plugin_registration_and_flag() -> None:
@@ -395,9 +395,7 @@ async def test_wrappers_work_under_a_root_whose_path_has_spaces(
     before = snapshot(root)
     host = Host(root)
     state = state_of("gb200")
-    pcibus = PcibusSimulator()
-    await pcibus.stage(host, state)
-    sim = await stage(root, state, mode="full")
+    sim = await stage_with_pcibus(host, state, mode="full")
     bin_dir = root / BIN
     listed = run([str(bin_dir / "ibstat"), "-l"])
     assert listed.returncode == 0, listed.stderr
@@ -408,8 +406,7 @@ async def test_wrappers_work_under_a_root_whose_path_has_spaces(
     devices = run([str(bin_dir / "ibv_devices")])
     assert devices.returncode == 0, devices.stderr
     assert re.findall(r"mlx5_\d", devices.stdout) == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
-    await sim.discard(host)
-    await pcibus.discard(host)
+    await discard_with_pcibus(host, sim)
     assert snapshot(root) == before
 
 
@@ -469,9 +466,7 @@ async def test_full_mode_ibv_devinfo(node_root: Path, native_env: Path) -> None:
     before = snapshot(node_root)
     host = Host(node_root)
     state = state_of("h100")
-    pcibus = PcibusSimulator()
-    await pcibus.stage(host, state)
-    sim = await stage(node_root, state, mode="full")
+    sim = await stage_with_pcibus(host, state, mode="full")
     assert sim.readiness.reason.startswith("full: 8 HCA(s)")
     ib = state.infiniband
     assert ib is not None
@@ -515,8 +510,7 @@ async def test_full_mode_ibv_devinfo(node_root: Path, native_env: Path) -> None:
     inert = run([devinfo], {"LD_PRELOAD": str(native_env / "libibshim.so")})
     assert (inert.returncode, inert.stdout, inert.stderr) == (
         host_view.returncode, host_view.stdout, host_view.stderr)
-    await sim.discard(host)
-    await pcibus.discard(host)
+    await discard_with_pcibus(host, sim)
     assert snapshot(node_root) == before
 
 

@@ -18,19 +18,23 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.host import Host
 from mokka.simulators.ib import IbSettings, IbSimulator
 from mokka.simulators.ib.bundle import STAGED_DIR
-from mokka.simulators.pcibus import PcibusSimulator
 from tests.ib_support import (
+    MAD_TOOL_NAMES,
     NO_TOOLS,
-    build_ib_shims,
+    discard_with_pcibus,
+    ib_native_fixture,  # noqa: F401  (a fixture: tests name it ib_native)
     install_ib_tools,
+    native_env_fixture,  # noqa: F401  (a fixture: tests name it native_env)
     run_in_mount_namespace,
     stage,
+    stage_with_pcibus,
     state_of,
     system_ib_files,
 )
@@ -38,17 +42,6 @@ from tests.support import snapshot
 
 BIN = layout.DRIVER_BIN.lstrip("/")
 STAGED = STAGED_DIR
-
-
-@pytest.fixture(scope="module")
-def ib_native(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_ib_shims(tmp_path_factory.mktemp("ib-native"))
-
-
-@pytest.fixture
-def native_env(ib_native: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MOKKA_NATIVE_DIR", str(ib_native))
-    return ib_native
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +73,7 @@ async def test_the_image_tools_are_staged_and_run_by_the_wrappers(
     before = snapshot(node_root)
     host = Host(node_root)
     state = state_of("h100")
-    pcibus = PcibusSimulator()
-    await pcibus.stage(host, state)
-    sim = await stage(node_root, state, tools_dir=ib_tools)
+    sim = await stage_with_pcibus(host, state, tools_dir=ib_tools)
     assert sim.readiness.ready
     assert sim.readiness.reason.endswith(
         f"wrappers run the image's tools from {ib_tools}, staged in {STAGED}")
@@ -93,7 +84,7 @@ async def test_the_image_tools_are_staged_and_run_by_the_wrappers(
         for kind, mode in (("bin", 0o755), ("lib", 0o644))
         for path in sorted((ib_tools / kind).iterdir())
     }
-    assert len(expected) == 9
+    assert len(expected) == 22  # 16 tools, 6 libraries
     assert staged_files(node_root) == expected
     for tool in ("ibstat", "ibstatus"):
         text = (node_root / BIN / tool).read_text()
@@ -112,8 +103,37 @@ async def test_the_image_tools_are_staged_and_run_by_the_wrappers(
     assert "Infiniband device 'mlx5_4' port 1 status:" in status.stdout, status.stderr
     # Converged: a second stage copies nothing again.
     assert not host.converge("ib", sim.plan(state).artifacts).changed
-    await sim.discard(host)
-    await pcibus.discard(host)
+    await discard_with_pcibus(host, sim)
+    assert snapshot(node_root) == before
+
+
+async def test_the_image_mad_tools_reach_the_daemon(
+    node_root: Path, native_env: Path, ib_tools: Path
+) -> None:
+    """The MAD tools come from the bundle too: with the machine's own
+    infiniband-diags and libraries hidden, the wrappers run the staged copies
+    (libibnetdisc.so.5 included), which reach the mock-ib daemon."""
+    before = snapshot(node_root)
+    host = Host(node_root)
+    state = state_of("gb200")
+    sim = await stage_with_pcibus(host, state, tools_dir=ib_tools)
+    for tool in MAD_TOOL_NAMES:
+        text = (node_root / BIN / tool).read_text()
+        assert f"\nreal=$here/../local/lib/mokka-ib/bin/{tool}\n" in text
+        assert "/usr/sbin" not in text
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.run, host, state)
+        # In a worker thread: the daemon answers from this event loop.
+        sminfo = await trio.to_thread.run_sync(
+            run_hidden, [str(node_root / BIN / "sminfo"), "-t", "500"])
+        assert sminfo.returncode == 0, sminfo.stderr
+        assert "state 3 SMINFO_MASTER" in sminfo.stdout
+        discovered = await trio.to_thread.run_sync(
+            run_hidden, [str(node_root / BIN / "ibnetdiscover"), "-t", "500"])
+        assert discovered.returncode == 0, discovered.stderr
+        assert len(re.findall(r"^Ca\s", discovered.stdout, re.M)) == 4
+        nursery.cancel_scope.cancel()
+    await discard_with_pcibus(host, sim)
     assert snapshot(node_root) == before
 
 
@@ -125,9 +145,7 @@ async def test_image_tools_in_full_mode_and_through_run_nvidia_driver(
     before = snapshot(node_root)
     host = Host(node_root)
     state = state_of("gb200")
-    pcibus = PcibusSimulator()
-    await pcibus.stage(host, state)
-    sim = await stage(node_root, state, mode="full", tools_dir=ib_tools)
+    sim = await stage_with_pcibus(host, state, mode="full", tools_dir=ib_tools)
     names = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
     driver = node_root / layout.DRIVER_ROOT.lstrip("/")
     link = node_root / layout.RUN_DRIVER.lstrip("/")
@@ -162,8 +180,7 @@ async def test_image_tools_in_full_mode_and_through_run_nvidia_driver(
     link.unlink()
     link.parent.rmdir()
     link.parent.parent.rmdir()
-    await sim.discard(host)
-    await pcibus.discard(host)
+    await discard_with_pcibus(host, sim)
     assert snapshot(node_root) == before
 
 
@@ -173,7 +190,7 @@ async def test_without_the_tools_dir_the_copies_go_and_the_machines_tools_return
     before = snapshot(node_root)
     state = state_of("h100")
     await stage(node_root, state, tools_dir=ib_tools)
-    assert len(staged_files(node_root)) == 9
+    assert len(staged_files(node_root)) == 22
     # The same node staged by a daemon whose image has no bundle.
     sim = await stage(node_root, state, tools_dir=NO_TOOLS)
     assert not (node_root / STAGED.lstrip("/")).exists()

@@ -26,6 +26,7 @@ from mokka.state.compile import compile_profile
 from tests.ib_support import (
     INSTALL_SCRIPT,
     LIBRARIES,
+    MAD_TOOL_NAMES,
     PACKAGES,
     TOOLS,
     TOOLS_TARGET,
@@ -39,7 +40,7 @@ from tests.image_support import build_deb, debian_arch
 from tests.nvml_support import compiler, load_target
 from tests.support import require_tool, snapshot
 
-IB_ELF_TOOLS = ("ibstat", "ibv_devices", "ibv_devinfo")
+IB_ELF_TOOLS = ("ibstat", "ibv_devices", "ibv_devinfo", *MAD_TOOL_NAMES)
 #: What glibc (libc6) provides: never part of the bundle.
 GLIBC = re.compile(r"^(libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|ld-linux\S*)\.so")
 
@@ -67,8 +68,9 @@ def test_install_ib_tools_from_the_debian_debs(tmp_path: Path) -> None:
     done = run_install(dest, ib_tool_debs())
     assert done.returncode == 0, done.stderr
     assert re.search(
-        r"installed ibstat ibstatus ibv_devinfo ibv_devices \(rdma-core \d+\.\d+\S*\) "
-        r"with 5 libraries", done.stdout), done.stdout
+        r"installed ibstat ibstatus ibv_devinfo ibv_devices sminfo smpquery perfquery ibping "
+        r"ibnetdiscover iblinkinfo ibaddr ibtracert ibqueryerrors ibroute ibportstate ibsysstat "
+        r"\(rdma-core \d+\.\d+\S*\) with 6 libraries", done.stdout), done.stdout
     tree = snapshot(dest)
     files = {k: v for k, v in tree.items() if v[0] != "dir"}
     bundle = TOOLS_TARGET

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import mokka
 from tests.ib_support import TOOLS_TARGET, install_ib_tools
 from tests.image_support import build_deb, debian_arch
 from tests.support import ROOT, require_tool, snapshot
@@ -470,14 +471,18 @@ def test_verify_layout_names_every_drift(tmp_path: Path) -> None:
     (ib / "lib" / "libnl-3.so.200").unlink()
     shutil.copy2("/lib/x86_64-linux-gnu/libc.so.6" if Path("/lib/x86_64-linux-gnu/libc.so.6")
                  .exists() else ib / "lib" / "libibumad.so.3", ib / "lib" / "libc.so.6")
-    (ib / "bin" / "ibping").write_text("#!/bin/sh\n")
+    (ib / "bin" / "ibsysstat").unlink()
+    (ib / "bin" / "saquery").write_text("#!/bin/sh\n")
     done = run_script("verify-layout.sh", dest)
     assert done.returncode == 1
     assert f"{TOOLS_TARGET}/bin/ibstat: RUNPATH '', expected '$ORIGIN/../lib'" in done.stderr
     assert f"{TOOLS_TARGET}/lib/libnl-route-3.so.200: needs libnl-3.so.200, which is not in" in (
         done.stderr)
     assert f"{TOOLS_TARGET}/lib/libc.so.6: a glibc library" in done.stderr
-    assert "holds 'ibping ibstat ibstatus ibv_devices ibv_devinfo'" in done.stderr
+    assert ("holds 'ibaddr iblinkinfo ibnetdiscover ibping ibportstate ibqueryerrors ibroute "
+            "ibstat ibstatus ibtracert ibv_devices ibv_devinfo perfquery saquery sminfo "
+            "smpquery'") in done.stderr
+    assert f"{TOOLS_TARGET}/bin/ibsysstat: missing or not executable" in done.stderr
     assert f"{SMI_TARGET}: RUNPATH '', expected '$ORIGIN/../lib64'" in done.stderr
     assert "holds 'VERSION nvidia-cdi-hook nvidia-container-runtime nvidia-ctk'" in done.stderr
     assert f"{TOOLKIT_TARGET}/nvidia-ctk: missing or not executable" in done.stderr
@@ -531,7 +536,11 @@ def test_containerfile_stages_and_payload() -> None:
     names = [name for _, name, _ in stages]
     assert names == ["wheel", "venv", "payload", ""]
     wheel, _venv, payload, final = (body for _, _, body in stages)
-    assert "RUN pip wheel --no-cache-dir --wheel-dir /wheels ." in wheel
+    # The image's dependencies are the pinned ones (deploy/constraints.txt).
+    assert (
+        "RUN pip wheel --no-cache-dir --wheel-dir /wheels --constraint deploy/constraints.txt ."
+        in wheel
+    )
     assert any("gcc" in line for line in wheel)
     assert stages[-1][0] == "${DEBIAN_IMAGE}"
     # Every script the build calls exists here and is tested above.
@@ -567,8 +576,8 @@ def test_containerfile_labels_match_the_project() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     chart = yaml.safe_load((ROOT / "helm" / "mokka" / "Chart.yaml").read_text())
     version_arg = dict(re.findall(r"^ARG (\w+)=(\S*)$", "\n".join(final), re.M))["VERSION"]
-    # One version everywhere: the wheel, the image label, the chart's default tag.
-    assert version_arg == project["version"] == chart["appVersion"]
+    # One version everywhere: the package's, the image label, the chart's default tag.
+    assert version_arg == mokka.__version__ == chart["appVersion"]
     assert labels["org.opencontainers.image.version"] == "${VERSION}"
     assert labels["org.opencontainers.image.licenses"] == project["license"]
 
@@ -589,7 +598,16 @@ def test_containerignore_keeps_the_build_inputs() -> None:
         for line in (ROOT / ".containerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    needed = ["pyproject.toml", "setup.py", "README.md", "mokka", "native", "deploy"]
+    needed = [
+        "pyproject.toml",
+        "setup.py",
+        "MANIFEST.in",
+        "LICENSE",
+        "README.md",
+        "mokka",
+        "native",
+        "deploy",
+    ]
     for name in needed:
         assert name not in patterns, f"{name} is excluded"
         assert f"/{name}" not in patterns, f"{name} is excluded"

@@ -63,7 +63,7 @@ def files_outside_bookkeeping(root: Path) -> dict[str, tuple]:
     """The snapshot without directories and without the host's manifests (var/lib/mokka)."""
     return {
         k: v for k, v in snapshot(root).items()
-        if v[0] != "dir" and not k.startswith("var/lib/mokka")
+        if v[0] != "dir" and not k.startswith(("var/lib/mokka", ".mokka-created-parents"))
     }
 
 
@@ -71,7 +71,7 @@ def mtimes(root: Path) -> dict[str, int]:
     """Modification times of everything staged (the host's own bookkeeping aside)."""
     return {
         str(p.relative_to(root)): os.lstat(p).st_mtime_ns for p in root.rglob("*")
-        if not str(p.relative_to(root)).startswith("var/lib/mokka")
+        if not str(p.relative_to(root)).startswith(("var/lib/mokka", ".mokka-created-parents"))
     }
 
 

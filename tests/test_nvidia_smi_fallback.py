@@ -8,14 +8,17 @@ aside).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import attrs
 import pytest
 
 from mokka import layout
 from mokka.state.compile import compile_profile
+from mokka.state.model import Failure, State
 from tests.nvml_support import node_path, run_smi, write_config
 from tests.support import require_tool
 
@@ -82,7 +85,17 @@ def test_summary_table_has_the_real_layout(native: Path, smi: Path, config: Path
 
 @pytest.mark.parametrize(
     "args",
-    [("--bogus",), ("--query-gpu=name",), ("--query-gpu=bogus", "--format=csv"), ("-L", "-i", "0")],
+    [
+        ("--bogus",),
+        ("--query-gpu=name",),
+        ("--query-gpu=bogus", "--format=csv"),
+        ("-L", "-i", "0"),
+        ("--query-gpu=index", "--format=csv", "-i", "9,bogus"),
+        ("-q", "-i", "9"),
+        ("--query-gpu=index", "--format=bogus,csv"),
+        ("--query-gpu=index", "--format=noheader"),
+        ("--query-gpu=index", "--format="),
+    ],
 )
 def test_errors_match_the_real_tool(native: Path, smi: Path, config: Path, args: tuple[str, ...]):
     real, ours = both(native, smi, config, *args)
@@ -144,3 +157,79 @@ def test_missing_config_says_the_driver_is_missing(native: Path, smi: Path, tmp_
         9,
         real.stdout,
     )
+
+
+def failing(profile: str, mode: str, *indices: int) -> State:
+    state = compile_profile(profile, node_name="worker-1")
+    gpus = tuple(
+        attrs.evolve(g, failure=Failure(mode=mode)) if g.index in indices else g
+        for g in state.gpus
+    )
+    return attrs.evolve(state, gpus=gpus)
+
+
+@pytest.mark.parametrize("mode", ["lost", "fallen_off_bus"])
+def test_a_lost_gpu_prints_as_the_real_tool_prints_it(
+    native: Path, smi: Path, tmp_path: Path, mode: str
+):
+    config = write_config(tmp_path, failing("h100", mode, 1, 6))
+    real, ours = both(native, smi, config)
+    assert ours.returncode == real.returncode == 0
+    real_lines, our_lines = real.stdout.splitlines(), ours.stdout.splitlines()
+    assert len(our_lines) == len(real_lines)
+    for number, (a, b) in enumerate(zip(real_lines, our_lines, strict=True)):
+        if number not in (0, 2):
+            assert a == b, number
+    assert any("ERR!" in line for line in our_lines)
+    assert sum("| GPU is lost          |" in line for line in our_lines) == 2
+
+    real, ours = both(native, smi, config, f"--query-gpu={FIELDS}", "--format=csv")
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout)
+    assert ours.stdout.count("[GPU is lost]") > 2 * 20
+
+    real, ours = both(native, smi, config, "-q", "-i", "1")
+    real_lines = set(real.stdout.splitlines())
+    extra = [
+        line for line in ours.stdout.splitlines()
+        if line and not line.startswith("Timestamp") and line not in real_lines
+    ]
+    assert extra == []
+    assert "    Performance State                     : GPU is lost" in ours.stdout.splitlines()
+
+
+def test_ecc_storm_prints_the_same_table(native: Path, smi: Path, tmp_path: Path):
+    """Every guarded call adds an error, so the counts differ by how many
+    calls each tool makes; the layout does not."""
+    config = write_config(tmp_path, failing("h100", "ecc_uncorrectable", 1))
+    real, ours = both(native, smi, config)
+    strip = re.compile(r"\|\s+\d+ \|$")
+    for number, (a, b) in enumerate(
+        zip(real.stdout.splitlines(), ours.stdout.splitlines(), strict=True)
+    ):
+        if number not in (0, 2):
+            assert strip.sub("| ECC |", a) == strip.sub("| ECC |", b), number
+
+
+def test_no_field_or_argument_length_limit(native: Path, smi: Path, config: Path):
+    """More than 128 fields in an argument of several kilobytes, as the real
+    tool takes them, and a long -i list."""
+    fields = ",".join([FIELDS] * 5)
+    assert len(fields.split(",")) > 128
+    assert len(fields) > 1024
+    ids = ",".join(["0", "1"] * 300)
+    assert len(ids) > 1024
+    real, ours = both(native, smi, config, f"--query-gpu={fields}", "--format=csv", "-i", ids)
+    assert ours.returncode == real.returncode == 0
+    assert ours.stdout == real.stdout
+
+
+def test_fields_the_real_tool_refuses_are_refused(native: Path, smi: Path, config: Path):
+    real, ours = both(native, smi, config, "--query-gpu=clocks.max.video", "--format=csv")
+    assert real.returncode != 0
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout)
+
+
+def test_id_list_selects_each_gpu_once_in_nvml_order(native: Path, smi: Path, config: Path):
+    real, ours = both(native, smi, config, "--query-gpu=index", "--format=csv,noheader",
+                      "-i", "5,1,bogus,1,9,3")
+    assert (ours.returncode, ours.stdout) == (real.returncode, real.stdout) == (0, "1\n3\n5\n")

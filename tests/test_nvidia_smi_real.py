@@ -123,20 +123,16 @@ H100_VALUES = {
     "applications_clocks/graphics_clock": "1980 MHz",
     "fabric/state": "Completed",
     "fabric/status": "Success",
+    # 535 reads these through private export-table slots (docs/nvml.md)
+    "addressing_mode": "HMM",
+    "gpu_part_number": "2330-885-A1",
+    "sparse_operation_mode": "Disabled",
+    "temperature/gpu_temp_tlimit": "58 C",
 }
 
-# Values the real board reports but the mock prints as N/A: the first three
-# the profile defines, yet nvidia-smi 535 reads them only through private
-# export-table slots the mock leaves empty (see docs/nvml.md); the others
-# the profile does not define at all.
-KNOWN_NA = {
-    "addressing_mode",
-    "gpu_part_number",
-    "temperature/gpu_temp_tlimit",
-    "sparse_operation_mode",
-    "inforom_bbx_flush/latest_duration",
-    "inforom_bbx_flush/latest_timestamp",
-}
+# Values the real board reports but the mock prints as N/A: none left (the
+# InfoROM black-box flush is timed from the boot: tests/test_nvml_bbx_flush.py).
+KNOWN_NA: set[str] = set()
 
 
 def element_paths(gpu: ET.Element) -> set[str]:

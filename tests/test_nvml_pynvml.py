@@ -72,7 +72,16 @@ def test_every_implemented_call_reports_the_profile(native: Path, tmp_path: Path
         assert dev["minor"] == gpu.minor
         assert dev["brand"] == 14  # NVML_BRAND_NVIDIA
         assert dev["architecture"] == ARCH[arch]
-        assert dev["board_id"] == gpu.bus << 8
+        assert dev["board_id"] == field(gpu, "board_id")  # the profile's, not derived
+        pcie = field(gpu, "pcie")
+        assert dev["pcie_max_gen"] == pcie["max_link_gen"]
+        # the GPU's own top generation, above the link's on GB200 (Gen 6 GPU, Gen 5 Grace port)
+        assert dev["gpu_max_pcie_gen"] == pcie.get("max_device_link_gen", pcie["max_link_gen"])
+        module = gpu.fields.get("module_power")
+        assert dev["module_power_limits"] == [
+            {"ret": 0, "value": module[key]} if module else {"ret": NOT_SUPPORTED, "value": 0}
+            for key in ("min_limit_mw", "max_limit_mw", "default_limit_mw", "enforced_limit_mw")
+        ]
         assert dev["board_part_number"] == field(gpu, "board_part_number")
         assert dev["vbios"] == field(gpu, "vbios_version")
         assert dev["inforom_image"] == field(gpu, "inforom.image_version")
@@ -132,9 +141,9 @@ def test_every_implemented_call_reports_the_profile(native: Path, tmp_path: Path
         assert dev["processes"] == []
         assert dev["ecc_mode"] == [1, 1]
         assert dev["ecc_uncorrected_volatile"] == 0
-        assert dev["persistence"] == 1
+        assert dev["persistence"] == (field(gpu, "persistence_mode") == "enabled")
         assert dev["compute_mode"] == 0
-        assert dev["display_mode"] == 0
+        assert dev["display_mode"] == (field(gpu, "display.mode") == "enabled")
         assert dev["is_mig"] == 0
         if "mig" in gpu.fields:
             assert dev["mig_mode"] == [0, 0]

@@ -298,6 +298,10 @@ RULES = [
      "DDDD:BB:DD.F"),
     # A bad value every device inherits is reported once, where it was written,
     # and never crashes the duplicate check it would have fed.
+    ("devices[1].board_id", "0x6400",
+     "h100.yaml: devices[1].board_id: '0x6400' is not an integer"),
+    ("devices[1].board_id", 1 << 32,
+     "h100.yaml: devices[1].board_id: 4294967296 is out of range, expected 0..4294967295"),
     ("device_defaults.minor_number", [1],
      "h100.yaml: device_defaults.minor_number: a list is not an integer"),
     ("device_defaults.minor_number", {"a": 1},

@@ -53,12 +53,23 @@ def _bookkeeping_prefix() -> str:
     return layout.MOKKA_STATE_DIR.strip("/")
 
 
+#: The library's change counter: it counts announcements, so a node cycled
+#: through seven profiles has announced more than a fresh one, by design (the
+#: value is only a hint; docs/engine-config.md). Its presence, mode and size
+#: are compared, not its value.
+COUNTER = layout.CONFIG_GENERATION.strip("/")
+
+
 def node_tree(root: Path) -> dict:
     """The root's snapshot without Mokka's bookkeeping (compared separately)."""
     prefix = _bookkeeping_prefix()
-    return {
+    tree = {
         k: v for k, v in snapshot(root).items() if k != prefix and not k.startswith(prefix + "/")
     }
+    if COUNTER in tree:
+        kind, mode, content = tree[COUNTER]
+        tree[COUNTER] = (kind, mode, len(content))
+    return tree
 
 
 def ownership(host: Host) -> dict[str, dict[str, str]]:

@@ -180,9 +180,12 @@ async def test_daemons_start_once_then_receive_reload(autojump_clock, host: Host
     assert snapshot(node_root) == before
 
 
-async def test_a_burst_of_100_updates_yields_passes_over_the_newest_only(
+async def test_a_burst_of_100_updates_mid_stage_yields_one_pass_over_the_newest(
     autojump_clock, host: Host, node_root: Path
 ):
+    """Updates arriving while a pass stages supersede it: the stale stage is
+    abandoned at once (nothing is visible before the barrier), and the one
+    pass that completes is over the newest state, one stage delay later."""
     before = snapshot(node_root)
     sim = FakeSimulator("sim", stage_delay=1)
     async with running(host, [sim]) as h:
@@ -191,14 +194,53 @@ async def test_a_burst_of_100_updates_yields_passes_over_the_newest_only(
         for generation in range(2, 101):
             h.source.publish(make_state(generation))
             await trio.lowlevel.checkpoint()
-        await h.passes(2)
-        await trio.testing.wait_all_tasks_blocked()
-        assert [c[2] for c in sim.calls("stage")] == [1, 100]
-        assert sim.staged == [1, 100]
-        assert trio.current_time() == 2
+        await h.passes(1)
+        await trio.sleep(30)  # idle: no further pass is owed
+        stages = [c[2] for c in sim.calls("stage")]
+        assert (stages[0], stages[-1]) == (1, 100)
+        assert sim.staged == [100]
+        assert h.reconciler.passes.value == 1
+        assert h.reconciler.status.last_pass.generation == 100
+        assert h.reconciler.status.last_pass.started_at == 0
         assert h.reconciler.status.observed_generation == 100
         assert h.reconciler.status.seen_generation == 100
     assert snapshot(node_root) == before
+
+
+async def test_a_change_mid_stage_does_not_wait_for_the_stale_pass(
+    autojump_clock, host: Host, node_root: Path
+):
+    """8 -> 4 GPUs arriving 1 s into a 5 s stage: converged 5 s after the
+    change (one stage), not 9 s (the rest of the stale pass, then its own)."""
+    sim = FakeSimulator("sim", stage_delay=5)
+    async with running(host, [sim]) as h:
+        h.source.publish(make_state(1))
+        await trio.sleep(1)
+        h.source.publish(make_state(2))
+        await h.passes(1)
+        assert trio.current_time() == 6
+        assert sim.staged == [2]
+        assert h.reconciler.status.last_pass.outcome == "ok"
+        # The superseded stage is no failure and left no retry behind.
+        await trio.sleep(120)
+        assert h.reconciler.passes.value == 1
+        assert h.reconciler.status.phase == "idle"
+
+
+async def test_a_change_after_the_barrier_lets_the_pass_finish(
+    autojump_clock, host: Host, node_root: Path
+):
+    """Past the barrier nothing gives way (daemons and applied specs are not
+    left half done): the change waits for the pass, then gets its own."""
+    sim = FakeSimulator("sim")
+    applier = FakeApplier("applier", apply_delay=5)
+    async with running(host, [sim, applier]) as h:
+        h.source.publish(make_state(1))
+        await trio.sleep(1)  # applying
+        h.source.publish(make_state(2))
+        await h.passes(2)
+        assert applier.applied == [1, 2]
+        assert trio.current_time() == 10
 
 
 async def test_a_burst_before_the_loop_wakes_yields_one_pass(
@@ -464,3 +506,49 @@ async def test_retract_runs_before_any_stage_and_its_failure_is_a_stage_failure(
     report = await teardown(host, [retracting, other], timeout=10)
     assert report.clean
     assert snapshot(node_root) == {}
+
+
+# ---- observed generation and requested repairs ------------------------------
+
+
+async def test_an_input_that_returns_to_the_last_pass_s_content_is_observed(
+    autojump_clock, host: Host
+):
+    """A → B → A while the pass over A runs: the loop skips the second A (the node
+    already is A), and ``observed_generation`` catches up with ``seen_generation``
+    instead of lagging behind it with the daemon idle."""
+    sim = FakeSimulator("sim", stage_delay=5)
+    async with running(host, [sim]) as h:
+        h.source.publish(make_state(1, content_hash="A"))
+        await trio.sleep(1)  # the pass over generation 1 is under way
+        h.source.publish(make_state(2, content_hash="B"))
+        h.source.publish(make_state(3, content_hash="A"))
+        await h.passes(1)
+        await trio.sleep(30)  # idle: nothing left to do
+        status = h.reconciler.status
+        assert h.reconciler.passes.value == 1
+        assert (status.phase, status.seen_generation, status.observed_generation) == (
+            "idle",
+            3,
+            3,
+        )
+        assert status.last_pass.generation == 1
+
+
+async def test_a_requested_repair_runs_one_pass_over_the_unchanged_state(
+    autojump_clock, host: Host
+):
+    sim = FakeSimulator("sim")
+    async with running(host, [sim]) as h:  # no repair interval: drift repair is off
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        h.source.publish(make_state(1))  # an unchanged resync: skipped
+        await trio.sleep(10)
+        assert h.reconciler.passes.value == 1
+        h.reconciler.request_repair()  # SIGHUP
+        h.source.publish(make_state(1))  # ...and the re-read it causes
+        await h.passes(2)
+        h.source.publish(make_state(1))  # the request was used up
+        await trio.sleep(10)
+        assert h.reconciler.passes.value == 2
+        assert sim.staged == [1, 1]

@@ -14,7 +14,7 @@ import trio.testing
 from mokka.daemon.runner import DaemonRunner
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
-from mokka.errors import ApplyError, SpecError
+from mokka.errors import ApplyError, HostFaultError, SpecError
 from mokka.host import Host
 from mokka.state.sources.base import SourceUpdate
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, MemorySource, make_state
@@ -106,6 +106,31 @@ async def test_a_failing_revoke_stops_neither_the_others_nor_the_discards(
     assert not (node_root / "fake/driver").exists()
     assert (await teardown(host, sims, timeout=25)).clean
     assert snapshot(node_root) == before
+
+
+async def test_an_expected_fault_is_one_line_and_a_bug_keeps_its_traceback(
+    autojump_clock, host: Host, caplog: pytest.LogCaptureFixture
+):
+    """A full or read-only root is not a bug: one warning naming it, no traceback."""
+    log: list = []
+    sims = _make_sims(log)
+    sims[0].revoke_errors.append(
+        HostFaultError("gpudriver: /run/nvidia/driver: Read-only file system (EROFS)")
+    )
+    sims[3].discard_errors.append(RuntimeError("a bug"))
+    await _stage_all(host, sims)
+    with caplog.at_level(logging.WARNING, logger="mokka.daemon.teardown"):
+        report = await teardown(host, sims, timeout=25)
+    assert [step for step, *_ in report.failures] == ["revoke", "discard"]
+    (fault,) = [r for r in caplog.records if "revoke of driver" in r.getMessage()]
+    assert fault.getMessage() == (
+        "teardown: revoke of driver failed: "
+        "gpudriver: /run/nvidia/driver: Read-only file system (EROFS)"
+    )
+    assert (fault.levelno, fault.exc_info) == (logging.WARNING, None)
+    (bug,) = [r for r in caplog.records if "discard of imex" in r.getMessage()]
+    assert bug.exc_info is not None
+    assert bug.exc_info[0] is RuntimeError
 
 
 async def test_deadline_bounds_teardown(

@@ -5,16 +5,21 @@
 #   install-ib-tools.sh DESTDIR [DEBDIR]
 #
 # Takes `ibstat` and `ibstatus` (infiniband-diags) and `ibv_devinfo` and
-# `ibv_devices` (ibverbs-utils) with the libraries they link (libibmad5,
-# libibumad3, libibverbs1 and libibverbs1's libnl-3-200, libnl-route-3-200)
-# from the Debian packages: the .debs in DEBDIR when given, else
-# `apt-get download` (the caller runs `apt-get update`; RDMA_CORE_VERSION
-# pins the version of the rdma-core packages).  Nothing is installed with
-# dpkg: each package is unpacked with `dpkg-deb -x`.
+# `ibv_devices` (ibverbs-utils), which read the mock sysfs tree, and the
+# twelve infiniband-diags tools that send management datagrams to the
+# mock-ib daemon (`sminfo`, `smpquery`, `perfquery`, `ibping`,
+# `ibnetdiscover`, `iblinkinfo`, `ibaddr`, `ibtracert`, `ibqueryerrors`,
+# `ibroute`, `ibportstate`, `ibsysstat`: the ib simulator's MAD_TOOLS), with
+# the libraries they link (libibmad5, libibumad3, libibnetdisc5, libibverbs1
+# and libibverbs1's libnl-3-200, libnl-route-3-200) from the Debian packages:
+# the .debs in DEBDIR when given, else `apt-get download` (the caller runs
+# `apt-get update`; RDMA_CORE_VERSION pins the version of the rdma-core
+# packages).  Nothing is installed with dpkg: each package is unpacked with
+# `dpkg-deb -x`.
 #
 # Result, under DESTDIR/usr/local/lib/mokka/ib (the ib simulator's default
 # --ib-tools-dir):
-#   bin/{ibstat,ibstatus,ibv_devinfo,ibv_devices}   0755, RUNPATH $ORIGIN/../lib
+#   bin/<tool>                                      0755, RUNPATH $ORIGIN/../lib
 #   lib/<soname>                                    0644, RUNPATH $ORIGIN
 #   share/doc/<package>/copyright                   the packages' licences
 # lib/ holds exactly the non-glibc closure of the binaries' DT_NEEDED
@@ -41,10 +46,15 @@ bin_rpath='$ORIGIN/../lib'
 lib_rpath='$ORIGIN'
 
 # The packages of rdma-core (one source, one version) and of libnl3.
-rdma_packages=(infiniband-diags ibverbs-utils libibumad3 libibmad5 libibverbs1)
+rdma_packages=(infiniband-diags ibverbs-utils libibumad3 libibmad5 libibnetdisc5 libibverbs1)
 other_packages=(libnl-3-200 libnl-route-3-200)
 packages=("${rdma_packages[@]}" "${other_packages[@]}")
-tools=(ibstat ibstatus ibv_devinfo ibv_devices)
+# The sysfs readers, then the MAD tools (keep in step with the ib simulator's
+# SYSFS_TOOLS, FULL_TOOLS and MAD_TOOLS: the wrappers run the image's copies
+# of the MAD tools only when the bundle has every one of them).
+tools=(ibstat ibstatus ibv_devinfo ibv_devices
+       sminfo smpquery perfquery ibping ibnetdiscover iblinkinfo
+       ibaddr ibtracert ibqueryerrors ibroute ibportstate ibsysstat)
 # Sonames glibc (Debian libc6) provides: the node's own, never copied.
 glibc='^(libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libutil\.so\.1|libanl\.so\.1|libnsl\.so\.1|libBrokenLocale\.so\.1|libthread_db\.so\.1|libnss_[a-z0-9_]+\.so\.2|ld-linux[-a-z0-9_.]*\.so\.[0-9]+|ld64\.so\.[0-9]+)$'
 

@@ -10,8 +10,10 @@
 #                                    nvidia-ctk, nvidia-cdi-hook, executable
 #                                    (cri --toolkit-dir)
 #   usr/local/lib/mokka/ib/bin/      exactly ibstat, ibstatus, ibv_devices,
-#                                    ibv_devinfo, executable; the ELF ones
-#                                    RUNPATH $ORIGIN/../lib (ib --ib-tools-dir)
+#                                    ibv_devinfo and the twelve MAD tools
+#                                    (sminfo ... ibsysstat), executable; the
+#                                    ELF ones RUNPATH $ORIGIN/../lib
+#                                    (ib --ib-tools-dir)
 #   usr/local/lib/mokka/ib/lib/      their non-glibc library closure, RUNPATH
 #                                    $ORIGIN: every DT_NEEDED of a tool or
 #                                    library is glibc or a file here, and no
@@ -52,7 +54,8 @@ else
 fi
 
 ib="$root/usr/local/lib/mokka/ib"
-ib_tools="ibstat ibstatus ibv_devices ibv_devinfo"
+# In C collation order (what the listing below is compared with).
+ib_tools="ibaddr iblinkinfo ibnetdiscover ibping ibportstate ibqueryerrors ibroute ibstat ibstatus ibsysstat ibtracert ibv_devices ibv_devinfo perfquery sminfo smpquery"
 # Sonames glibc provides (the node's own; install-ib-tools.sh never copies them).
 glibc='^(libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libutil\.so\.1|libanl\.so\.1|libnsl\.so\.1|libBrokenLocale\.so\.1|libthread_db\.so\.1|libnss_[a-z0-9_]+\.so\.2|ld-linux[-a-z0-9_.]*\.so\.[0-9]+|ld64\.so\.[0-9]+)$'
 is_elf() { [ "$(head -c 4 "$1" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ]; }

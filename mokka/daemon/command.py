@@ -13,7 +13,10 @@ simulators, and runs either
 ``mokka cleanup --root DIR`` is the manual recovery after a killed daemon:
 every owner's manifest is discarded, restoring what was overwritten.
 
-Invalid flags print one line and exit 2, like argparse's own errors.
+Invalid flags print one line and exit 2, like argparse's own errors; so
+does everything wrong that no retry can fix and that can be known before
+the daemon starts (an unknown built-in profile, the control-plane source,
+a probe address already in use), before anything is created or served.
 """
 
 from __future__ import annotations
@@ -22,22 +25,34 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
+import attrs
 import trio
 import trio_util
 
 from mokka import layout
+from mokka.artifacts import ConvergeReport
 from mokka.daemon.nodelock import hold_node_root, try_hold_node_root
 from mokka.daemon.reconciler import Reconciler
-from mokka.daemon.runner import EXIT_FAILED, EXIT_OK, EXIT_USAGE, DaemonRunner
-from mokka.errors import MokkaError, SpecError
+from mokka.daemon.runner import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    HANDLED_SIGNALS,
+    DaemonRunner,
+    ignore_signals_until_handled,
+)
+from mokka.errors import HostFaultError, MokkaError, SpecError
 from mokka.host import Host
 from mokka.logs import setup_logging
 from mokka.settings import LOCAL_ROOT, Settings
 from mokka.simulators.base import Simulator
-from mokka.simulators.registry import load_plugins
+from mokka.simulators.registry import add_plugin_arguments, build_simulators
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "SIGTERM/Ctrl-C tears everything down again.",
     )
     Settings.add_arguments(daemon)
-    for plugin in load_plugins():
-        plugin.add_arguments(daemon)
+    add_plugin_arguments(daemon)
     daemon.set_defaults(func=run_daemon_command)
 
     cleanup = subparsers.add_parser(
@@ -64,6 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cleanup.add_argument(
         "--root", metavar="DIR", help=("node root (env MOKKA_ROOT; default ./mokka-node)")
     )
+    cleanup.add_argument(
+        "-v", "--verbose", action="store_true", help="list every removed path, not only the counts"
+    )
     cleanup.set_defaults(func=run_cleanup_command)
 
 
@@ -73,9 +90,27 @@ def _usage_error(command: str, message: str) -> int:
     return EXIT_USAGE
 
 
-def build_simulators(args: argparse.Namespace) -> list[Simulator]:
-    """Every registered simulator, built from its own flags (registry order)."""
-    return [plugin.build(args) for plugin in load_plugins()]
+def check_before_start(settings: Settings) -> None:
+    """Refuse, with a ``SpecError``, what no retry can fix and needs no running daemon to see.
+
+    A ``--profile`` that is neither a built-in name nor a file and does not
+    look like a path (no ``/``, no ``.yaml``) is a misspelt built-in name:
+    waiting for it would leave the daemon not ready forever.  A missing
+    file *path* is left to the daemon, which serves the error and picks the
+    file up once it appears (a ConfigMap mounted late).
+    """
+    from mokka.state.profile import BUILTIN_PROFILES, is_builtin
+    from mokka.state.sources.controlplane import MESSAGE
+
+    if settings.source == "control-plane":
+        raise SpecError(MESSAGE)
+    profile = settings.profile
+    looks_like_path = "/" in profile or profile.endswith((".yaml", ".yml"))
+    if not is_builtin(profile) and not looks_like_path and not Path(profile).exists():
+        raise SpecError(
+            f"--profile: {profile[:200]!r} is not a built-in profile (expected one of: "
+            f"{', '.join(BUILTIN_PROFILES)}) nor an existing profile file"
+        )
 
 
 def run_daemon_command(args: argparse.Namespace) -> int:
@@ -87,6 +122,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
     """
     try:
         settings = Settings.from_args(args)
+        check_before_start(settings)
         simulators = build_simulators(args)
     except SpecError as exc:
         return _usage_error("daemon", str(exc))
@@ -99,20 +135,58 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         return _usage_error("daemon", f"--root: cannot create {root}: {exc.strerror}")
     host = Host(root)
     code = EXIT_FAILED
-    try:
-        code = trio.run(run_once if settings.once else run_daemon, settings, host, simulators)
-    except* SpecError as group:
-        # An input no retry can fix, raised before the daemon got going.
-        code = _usage_error("daemon", "; ".join(str(e) for e in group.exceptions))
-    except* MokkaError as group:
-        for exc in group.exceptions:
-            logger.error("%s", exc)
-    finally:
-        if created_root and not settings.once:
-            # ``mokka`` with no flags made ./mokka-node; leave the directory as found.
-            with contextlib.suppress(OSError):  # not empty: left on purpose or by a failure
-                root.rmdir()
+    held = _HeldRootRecord()
+    with _signals_ignored_until_handled():
+        try:
+            daemon = partial(run_daemon, held=held, made_root=created_root)
+            code = trio.run(
+                run_once if settings.once else daemon,
+                settings,
+                host,
+                simulators,
+            )
+        except* SpecError as group:
+            # An input no retry can fix (the probe address in use, ...),
+            # raised before the daemon got going.
+            code = _usage_error("daemon", "; ".join(str(e) for e in _leaves(group)))
+        except* MokkaError as group:
+            for exc in _leaves(group):
+                logger.error("%s", exc)
+        finally:
+            if created_root and not settings.once and not held.taken:
+                # ``mokka`` with no flags made ./mokka-node and stopped before
+                # holding it (the runner removes it itself otherwise, before
+                # letting go of the lock); leave it as found.
+                with contextlib.suppress(OSError):  # not empty: left on purpose or by a failure
+                    root.rmdir()
     return code
+
+
+@attrs.define
+class _HeldRootRecord:
+    """Whether the run got to hold the root (and so removed a root it made itself)."""
+
+    taken: bool = False
+
+
+@contextlib.contextmanager
+def _signals_ignored_until_handled():
+    """See ``ignore_signals_until_handled``; the handlers come back afterwards."""
+    saved = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
+    ignore_signals_until_handled()
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds, however deeply nested."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for sub in error.exceptions for leaf in _leaves(sub)]
+    return [error]
 
 
 def _source(settings: Settings, host: Host):
@@ -134,19 +208,39 @@ def overrides_path(settings: Settings, host: Host) -> Path:
     return host.resolve(layout.OVERRIDES)
 
 
-def _reset_overrides(path: Path) -> None:
-    from mokka.state.overrides import reset_file
+def _reset_overrides(path: Path, host: Host) -> None:
+    from mokka.state.overrides import MANIFEST_OWNERS, reset_file
 
     try:
-        reset_file(path)
+        # the root's own file: reset without following any link beneath the root
+        reset_file(path, root=host.root if path.is_relative_to(host.root) else None)
     except OSError as exc:
         # A read-only mount (an overrides file given by a ConfigMap): it is
         # not runtime state then, and the daemon can serve it as it is.
         logger.warning("could not reset the overrides file %s: %s", path, exc.strerror)
+    # What ``mokka ctl`` recorded under the root (the file, its lock, the
+    # directories they kept) goes with it, so the root ends as it was found.
+    for owner in MANIFEST_OWNERS:
+        try:
+            host.discard(owner)
+        except (OSError, MokkaError) as exc:
+            logger.warning("could not remove the overrides file's records (%s): %s", owner, exc)
 
 
-async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
-    """The long-lived daemon (``DaemonRunner``) over the file source."""
+async def run_daemon(
+    settings: Settings,
+    host: Host,
+    simulators: list[Simulator],
+    *,
+    held: _HeldRootRecord | None = None,
+    made_root: bool = False,
+) -> int:
+    """The long-lived daemon (``DaemonRunner``) over the file source.
+
+    The runner holds the node root's lock (answering probes while it waits
+    for it) and, when the caller ``made_root``, removes the root again
+    before letting the lock go; ``held.taken`` tells the caller it did.
+    """
     path = overrides_path(settings, host)
     logger.info(
         "daemon starting: profile %s, node %s, root %s",
@@ -163,24 +257,18 @@ async def run_daemon(settings: Settings, host: Host, simulators: list[Simulator]
         shutdown_timeout=settings.shutdown_timeout,
         repair_interval=settings.resync_interval,
         # ...nor the pod: teardown drops them before discarding the directory they live in.
-        release_runtime_state=lambda: _reset_overrides(path),
+        release_runtime_state=lambda: _reset_overrides(path, host),
+        # A pod (re)start resets runtime state: injected failures do not
+        # survive it.  Only once the root is ours: a daemon still waiting
+        # for it must not wipe the failures injected into the one holding it.
+        on_root_held=lambda: _reset_overrides(path, host),
+        remove_root_on_exit=made_root,
     )
-    code = EXIT_FAILED
     try:
-        async with hold_node_root(host.root):
-            # A pod (re)start resets runtime state: injected failures do not
-            # survive it.  Only once the root is ours: a daemon still waiting
-            # for it must not wipe the failures injected into the one holding it.
-            _reset_overrides(path)
-            code = await runner.run()
-    except* OSError as group:
-        # Raised only before anything was staged: the probes could not listen.
-        logger.error(
-            "cannot serve probes on %s:%d: %s",
-            *settings.health_addr,
-            "; ".join(str(e) for e in group.exceptions),
-        )
-    return code
+        return await runner.run()
+    finally:
+        if held is not None and runner.held_root is not None:
+            held.taken = runner.held_root.taken
 
 
 async def run_once(settings: Settings, host: Host, simulators: list[Simulator]) -> int:
@@ -214,6 +302,69 @@ def run_cleanup_command(args: argparse.Namespace) -> int:
     root = Path(root_text).absolute()
     if not root.is_dir():
         return _usage_error("cleanup", f"--root: {root} is not a directory")
+    try:
+        report = _cleanup_held(root)
+    except HostFaultError as exc:  # a root this user may not enter
+        print(f"mokka cleanup: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if report is None:
+        return EXIT_FAILED
+    print_cleanup_summary(report, root, verbose=getattr(args, "verbose", False))
+    return EXIT_OK
+
+
+#: What removed paths no simulator's manifest named are counted under: the
+#: bookkeeping itself, and the directories converges made for it.
+BOOKKEEPING = "mokka bookkeeping"
+
+
+def owners_of_paths(host: Host) -> dict[str, str]:
+    """Node path → the simulator whose manifest names it (read before discarding).
+
+    Owners are per batch (``gpudriver-dev``, ``gpudriver-lib``); a person
+    asks per simulator, the part before the first ``-``.
+    """
+    owner_of: dict[str, str] = {}
+    for owner in host.owners():
+        try:
+            paths = host.owned(owner)
+        except (OSError, MokkaError):
+            continue  # discard_all reports it
+        simulator = owner.split("-", 1)[0]
+        for path in paths:
+            owner_of.setdefault(path, simulator)
+    return owner_of
+
+
+@attrs.frozen
+class CleanupReport:
+    """What ``discard_all`` reported, and which simulator owned each path."""
+
+    report: ConvergeReport
+    owner_of: Mapping[str, str]
+
+
+def print_cleanup_summary(cleanup: CleanupReport, root: Path, *, verbose: bool) -> None:
+    """One line per simulator with its count (every path too with ``-v``), then the total.
+
+    A path removed by several owners (a shared directory) is counted once.
+    """
+    removed = sorted(set(cleanup.report.removed))
+    owner_of = cleanup.owner_of
+    by_owner: dict[str, list[str]] = {}
+    for path in removed:
+        by_owner.setdefault(owner_of.get(path, BOOKKEEPING), []).append(path)
+    for owner in sorted(by_owner, key=lambda o: (o == BOOKKEEPING, o)):
+        print(f"{owner}: {len(by_owner[owner])} path(s) removed")
+        if verbose:
+            for path in by_owner[owner]:
+                print(f"  {path}")
+    hint = "" if verbose or not removed else " (-v lists them)"
+    print(f"{len(removed)} path(s) removed under {root}{hint}")
+
+
+def _cleanup_held(root: Path):
+    """``discard_all`` under the node lock; ``None`` (said on stderr) when it failed."""
     with try_hold_node_root(root) as held:
         if not held:
             print(
@@ -221,14 +372,13 @@ def run_cleanup_command(args: argparse.Namespace) -> int:
                 "(its teardown removes what it staged) instead of cleaning up under it",
                 file=sys.stderr,
             )
-            return EXIT_FAILED
+            return None
+        host = Host(root)
         try:
-            report = Host(root).discard_all()
+            owner_of = owners_of_paths(host)
+            report = host.discard_all()
+            return CleanupReport(report=report, owner_of=owner_of)
         except MokkaError as exc:
             # Every owner was tried; what could not go stays recorded for another run.
             print(f"mokka cleanup: error: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    for path in report.removed:
-        print(f"removed {path}")
-    print(f"{len(report.removed)} path(s) removed under {root}")
-    return EXIT_OK
+            return None

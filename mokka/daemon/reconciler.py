@@ -29,7 +29,13 @@ resync) was read at least ``repair_interval`` after the input of the last
 good pass, the pass runs anyway, so drift (a device node someone deleted,
 a spec another tool overwrote) is put right within one resync interval.
 Stages are idempotent and do not rewrite what is unchanged, so a repair
-pass costs reads, not writes.
+pass costs reads, not writes.  ``request_repair`` (SIGHUP) makes the next
+unchanged update a repair pass whatever its age.
+
+An update skipped because its content equals what the last pass ran over
+(the input went A → B → A during a pass) still counts as observed: the node
+already is that state, and ``observed_generation`` says so instead of
+lagging behind ``seen_generation`` for good.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from mokka.daemon.status import DurationSummary, PassResult, ReconcilerStatus, S
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import MokkaError, SpecError
 from mokka.host import Host
-from mokka.simulators.base import Applier, Daemon, Retractor, Simulator
+from mokka.simulators.base import Applier, Daemon, Readiness, Retractor, Simulator
 
 if TYPE_CHECKING:
     from mokka.state.model import State
@@ -99,6 +105,10 @@ class Reconciler:
     _source_error: str | None = attrs.field(default=None, init=False)
     _source_error_wall: float | None = attrs.field(default=None, init=False)
     _source_errors_total: int = attrs.field(default=0, init=False)
+    _observed_generation: int | None = attrs.field(default=None, init=False)
+    _settled_readiness: dict[str, Readiness] | None = attrs.field(default=None, init=False)
+    #: ``request_repair`` was called: the next unchanged update runs a pass.
+    _repair_requested: bool = attrs.field(default=False, init=False)
     _status: ReconcilerStatus = attrs.field(factory=ReconcilerStatus, init=False)
     #: Count of finished passes; tests and ``--once`` wait on it.
     passes: trio_util.AsyncValue[int] = attrs.field(
@@ -116,6 +126,10 @@ class Reconciler:
     @property
     def status(self) -> ReconcilerStatus:
         return self._status
+
+    def request_repair(self) -> None:
+        """Run a pass over the next update even if its state is unchanged (SIGHUP)."""
+        self._repair_requested = True
 
     # ---- the loop -----------------------------------------------------
 
@@ -152,18 +166,25 @@ class Reconciler:
             if state is None:
                 self._set_phase("waiting")
                 continue
-            if (
-                not due
-                and state.content_hash == last_hash
-                and not self._repair_due(last_good_at, update.at)
-            ):
+            repair = self._repair_requested or self._repair_due(last_good_at, update.at)
+            if not due and state.content_hash == last_hash and not repair:
                 # Same input: converged, terminal, or its retry is already scheduled.
+                self._observe(state.generation)
                 continue
+            self._repair_requested = False
             if state.content_hash != last_hash:
                 # New input: the backoff starts over (the user may have fixed it).
                 attempt = 0
             attempt += 1
-            result = await self.reconcile_once(state, attempt=attempt)
+            result = await self._pass(
+                state, attempt, superseded=_superseded_by(updates, update, state.content_hash)
+            )
+            if result is None:
+                # A newer input arrived while this one was being staged: the
+                # node is part old, part older, so nothing counts as converged
+                # (``last_hash`` forgets it) and the newest input runs at once.
+                last_hash, attempt, retry_at = None, 0, math.inf
+                continue
             last_hash = state.content_hash
             if result.ok:
                 attempt, retry_at = 0, math.inf
@@ -192,9 +213,50 @@ class Reconciler:
         ``attempt`` (1-based count of consecutive tries of this state) sets
         the retry delay a failed, non-terminal result carries.
         """
+        result = await self._pass(state, attempt)
+        assert result is not None  # nothing can supersede it
+        return result
+
+    async def _pass(
+        self,
+        state: State,
+        attempt: int,
+        *,
+        superseded: Callable[[], Awaitable[object]] | None = None,
+    ) -> PassResult | None:
+        """``reconcile_once``; ``None`` when ``superseded`` returned during the Stage wave.
+
+        Only the Stage wave gives way to a newer input: stages are
+        idempotent and nothing is visible before the barrier, so stopping
+        one half way leaves nothing a consumer sees (the next pass stages
+        over it; a converge in flight finishes its batch, since worker
+        threads are not abandoned).  Once past the barrier the pass
+        finishes: daemons and published specs are not left half done.
+        """
         self._set_phase("reconciling")
         started = trio.current_time()
-        stage = await self._stage_wave(state)
+        stage: tuple[SimulatorOutcome, ...] = ()
+        with trio.CancelScope() as stage_scope:
+            async with trio.open_nursery() as nursery:
+                if superseded is not None:
+
+                    async def give_way() -> None:
+                        await superseded()
+                        stage_scope.cancel()
+
+                    nursery.start_soon(give_way)
+                stage = await self._stage_wave(state)
+                nursery.cancel_scope.cancel()  # the stage is done: stop watching
+        if stage_scope.cancel_called:
+            # Also when every stage had finished its last converge by the
+            # time the cancellation could land: the newer input is the one
+            # to supervise and apply, not this one.
+            logger.info(
+                "reconcile pass superseded generation=%s: newer input arrived during the "
+                "stage wave; starting over with it", state.generation,
+                extra={"generation": state.generation},
+            )
+            return None
         supervise: tuple[SimulatorOutcome, ...] = ()
         apply: tuple[SimulatorOutcome, ...] = ()
         if not any(o.failed for o in stage):
@@ -360,6 +422,23 @@ class Reconciler:
             self._source_error_wall = None
         self._publish()
 
+    def _observe(self, generation: int) -> None:
+        """The loop has acted on ``generation`` (ran it, or found the node already there)."""
+        if generation != self._observed_generation:
+            self._observed_generation = generation
+            self._publish()
+
+    def _settle_readiness(self) -> dict[str, Readiness]:
+        """Every simulator's own readiness now; a crashing ``readiness`` counts as not ready."""
+        result: dict[str, Readiness] = {}
+        for sim in self.simulators:
+            try:
+                result[sim.name] = sim.readiness
+            except Exception as exc:
+                logger.exception("readiness of %s failed", sim.name, extra={"simulator": sim.name})
+                result[sim.name] = Readiness.not_ready(f"readiness check failed: {exc}")
+        return result
+
     def _set_phase(self, phase: str) -> None:
         """Publish only on a change: the loop sets phases far more often than they change."""
         if phase != self._phase:
@@ -369,6 +448,8 @@ class Reconciler:
     def _record(self, result: PassResult) -> None:
         """Fold a finished pass into the counters, publish, and log the canonical line."""
         self._last_pass = result
+        self._observed_generation = result.generation
+        self._settled_readiness = self._settle_readiness()
         self._passes_by_outcome[result.outcome] += 1
         self._pass_duration = self._pass_duration.add(result.duration)
         for o in result.outcomes:
@@ -416,4 +497,28 @@ class Reconciler:
             source_error=self._source_error,
             source_error_wall=self._source_error_wall,
             source_errors_total=self._source_errors_total,
+            settled_readiness=self._settled_readiness,
+            observed_generation=self._observed_generation,
         )
+
+
+def _superseded_by(
+    updates: trio_util.AsyncValue[SourceUpdate | None], running: object, content_hash: str
+) -> Callable[[], Awaitable[None]]:
+    """Returns once ``updates`` holds a state other than ``content_hash`` (the pass's own).
+
+    The newest value is checked, not each one set: A → B → A while A is
+    staged leaves A, and a pass over A is not worth abandoning for it.
+    Error updates carry the last good state (or none) and never supersede.
+    """
+
+    async def wait() -> None:
+        seen = running
+        while True:
+            await updates.wait_value(lambda u, seen=seen: u is not seen)
+            seen = updates.value
+            state = getattr(seen, "state", None)
+            if state is not None and state.content_hash != content_hash:
+                return
+
+    return wait

@@ -3,20 +3,31 @@
 ```
 signal receiver (open for the whole run: a second signal during teardown is ignored)
 outer nursery
-├── health server (hypercorn, quart-trio app)          ← stops last
-└── inner nursery (cancel scope: SIGTERM/SIGINT cancel it, with a reason)
-    ├── signal watcher
-    ├── supervisor (its nursery owns the daemons)
-    ├── reconcile loop (a nursery per wave, per pass)
-    └── state source → newest SourceUpdate into an AsyncValue
-    finally, shielded and bounded: teardown (revoke, discard)
+├── health server (hypercorn, a bare ASGI app)          ← stops last
+├── signal watcher (until teardown starts)
+└── run scope (cancel scope: SIGTERM/SIGINT/SIGQUIT cancel it, with a reason)
+    ├── wait for the node root's lock (the probes say whose it is)
+    └── inner nursery
+        ├── supervisor (its nursery owns the daemons)
+        ├── reconcile loop (a nursery per wave, per pass)
+        └── state source → newest SourceUpdate into an AsyncValue
+        finally, shielded and bounded: teardown (revoke, discard)
 ```
 
-The inner nursery ends on a signal (normal exit, code 0) or because one of
-its tasks raised (the error is logged, code 1).  Either way its tasks,
-daemons included, are gone when teardown starts, and teardown runs while
-the probes still answer (``/readyz`` reports the stopped daemons); only
-then does the health server get its shutdown trigger.
+The probes answer from the start, also while a second daemon on the same
+root waits for the first one's lock.  The inner nursery ends on a signal
+(normal exit, code 0) or because one of its tasks raised (the error is
+logged, code 1).  Either way its tasks, daemons included, are gone when
+teardown starts, and teardown runs while the probes still answer
+(``/readyz`` reports the stopped daemons); only then does the health server
+get its shutdown trigger.  A daemon stopped while it still waited for the
+lock staged nothing and has nothing to tear down.
+
+Signals: every catchable signal that would otherwise end the process
+without a teardown is handled.  SIGTERM, SIGINT and SIGQUIT tear down;
+SIGHUP (what a closed terminal sends) re-reads every input and runs a
+repair pass; SIGUSR1, SIGUSR2 and SIGALRM are logged and ignored; SIGPIPE
+stays ignored (Python's own setting: a closed pipe is an ``OSError``).
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import trio
 import trio_util
 
 from mokka.daemon.health import DaemonView, create_app, serve_health
+from mokka.daemon.nodelock import HeldRoot, hold_node_root
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import TeardownReport, teardown
@@ -47,8 +59,27 @@ logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-#: Signals that tear the node down: the kubelet's SIGTERM and a user's Ctrl-C.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Signals that tear the node down: the kubelet's SIGTERM, a user's Ctrl-C
+#: and Ctrl-\ (which would otherwise dump core with the node still staged).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+#: The signal that re-reads every input now (what ``kill -HUP`` means to a daemon).
+RESYNC_SIGNAL = signal.SIGHUP
+#: Signals whose default action is to end the process, with no meaning here:
+#: logged and ignored, so a stray ``kill -USR1`` cannot leave a staged node.
+IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+#: Everything the runner receives while it runs.
+HANDLED_SIGNALS = (*STOP_SIGNALS, RESYNC_SIGNAL, *IGNORED_SIGNALS)
+
+
+def ignore_signals_until_handled() -> None:
+    """Ignore the non-stop signals before the runner's receiver exists.
+
+    Called first thing by ``mokka daemon``: importing and compiling take a
+    while, and a SIGHUP (or SIGUSR1) then would end the process by its
+    default action.  SIGPIPE is ignored by Python already.
+    """
+    for signum in (RESYNC_SIGNAL, *IGNORED_SIGNALS):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 @attrs.define(eq=False)
@@ -62,7 +93,7 @@ class DaemonRunner:
     health_addr: tuple[str, int] = ("127.0.0.1", 9091)
     #: Seconds teardown may take (``--shutdown-timeout``).
     shutdown_timeout: float = 25.0
-    #: Install SIGTERM/SIGINT handlers (the process does; embedding code may not).
+    #: Install the signal handlers (the process does; embedding code may not).
     handle_signals: bool = True
     #: Seconds after which an unchanged state is reconciled again to repair
     #: drift (``--resync-interval``; see ``Reconciler.repair_interval``).
@@ -70,11 +101,23 @@ class DaemonRunner:
     #: Called between revoke and discard (see ``teardown``): drops runtime
     #: state such as the overrides file that lives in a staged directory.
     release_runtime_state: Callable[[], object] | None = None
+    #: Hold the node root's lock (``nodelock``) for the run; the probes
+    #: answer while it is waited for.
+    lock_root: bool = True
+    #: Called once the root is this daemon's, before anything is read or
+    #: staged (a pod start resets the overrides file there).
+    on_root_held: Callable[[], object] | None = None
+    #: The root was made for this run: removed (when empty) before the lock
+    #: goes, so a daemon waiting for it never starts on a vanishing root.
+    remove_root_on_exit: bool = False
     supervisor: Supervisor = attrs.field(init=False)
     reconciler: Reconciler = attrs.field(init=False)
+    view: DaemonView = attrs.field(init=False)
     #: What teardown reported, once it ran.
     teardown_report: TeardownReport | None = attrs.field(default=None, init=False)
-    _inner: trio.CancelScope | None = attrs.field(default=None, init=False)
+    #: What holding the root found (``recreated``: this run made the root again).
+    held_root: HeldRoot | None = attrs.field(default=None, init=False)
+    _run_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
     _stop_reason: str | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -86,16 +129,19 @@ class DaemonRunner:
             supervisor=self.supervisor,
             repair_interval=self.repair_interval,
         )
-
-    @property
-    def view(self) -> DaemonView:
-        return DaemonView(self.reconciler, self.simulators, self.supervisor)
+        self.view = DaemonView(self.reconciler, self.simulators, self.supervisor)
 
     def stop(self, reason: str) -> None:
         """Begin an orderly shutdown (what SIGTERM does)."""
         self._stop_reason = self._stop_reason or reason
-        if self._inner is not None:
-            self._inner.cancel(reason=reason)
+        self._run_scope.cancel(reason=reason)
+
+    def resync(self) -> None:
+        """Re-read every input now and repair the node even if nothing changed (SIGHUP)."""
+        self.reconciler.request_repair()
+        request = getattr(self.source, "request_resync", None)
+        if request is not None:
+            request()
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> int:
         """Run until stopped; ``started(health_port)`` once the source delivered its first read.
@@ -104,7 +150,6 @@ class DaemonRunner:
         something failed (a task of the inner nursery, or a teardown step),
         2 when a ``SpecError`` ended it (an input no retry can fix).
         """
-        updates: trio_util.AsyncValue[SourceUpdate | None] = trio_util.AsyncValue(None)
         shutdown = trio.Event()
         codes: set[int] = set()  # exit codes of what failed, if anything
         logger.info(
@@ -123,47 +168,71 @@ class DaemonRunner:
                         shutdown_trigger=shutdown.wait,
                     )
                 )
+                watcher = trio.CancelScope()
+                if signals is not None:
+                    outer.start_soon(self._watch_signals, signals, watcher)
                 try:
-                    try:
-                        async with trio.open_nursery() as inner:
-                            self._inner = inner.cancel_scope
-                            if self._stop_reason is not None:
-                                inner.cancel_scope.cancel(reason=self._stop_reason)
-                            if signals is not None:
-                                inner.start_soon(self._watch_signals, signals)
-                            await inner.start(self.supervisor.run)
-                            await inner.start(self.reconciler.run, updates)
-                            await inner.start(self.source.run, updates)
-                            task_status.started(port)
-                    except* SpecError as group:
-                        # A flag the source cannot serve (``--source control-plane``):
-                        # the message says it all, a traceback would only hide it.
-                        codes.add(EXIT_USAGE)
-                        for exc in group.exceptions:
-                            logger.error("invalid input; tearing down: %s", exc)
-                    except* Exception as group:
-                        codes.add(EXIT_FAILED)
-                        logger.error("the daemon failed; tearing down", exc_info=group)
+                    with self._run_scope:
+                        async with self._hold_root():
+                            codes |= await self._converge(task_status, port)
                 finally:
-                    self._inner = None
-                    self.teardown_report = await teardown(
-                        self.host,
-                        self.simulators,
-                        timeout=self.shutdown_timeout,
-                        supervisor=self.supervisor,
-                        release_runtime_state=self.release_runtime_state,
-                    )
+                    # Signals from here on land in the channel unread.
+                    watcher.cancel()
                     shutdown.set()
-        if not self.teardown_report.clean:
+        if self.teardown_report is not None and not self.teardown_report.clean:
             codes.add(EXIT_FAILED)
         # A plain failure outranks a usage error: it needs a human more.
         code = EXIT_FAILED if EXIT_FAILED in codes else max(codes, default=EXIT_OK)
         logger.info("daemon exiting", extra={"exit_code": code, "reason": self._stop_reason})
         return code
 
+    @contextlib.asynccontextmanager
+    async def _hold_root(self):
+        """The node root's lock for the body (when ``lock_root``); the wait shows in ``/readyz``."""
+        if not self.lock_root:
+            yield
+            return
+        async with hold_node_root(
+            self.host.root, on_wait=self.view.set_holdup, remove_on_exit=self.remove_root_on_exit
+        ) as held:
+            self.held_root = held
+            self.view.set_holdup(None)
+            if self.on_root_held is not None:
+                self.on_root_held()
+            yield
+
+    async def _converge(self, task_status: trio.TaskStatus[int], port: int) -> set[int]:
+        """The inner nursery, then teardown; the exit codes of what failed."""
+        updates: trio_util.AsyncValue[SourceUpdate | None] = trio_util.AsyncValue(None)
+        codes: set[int] = set()
+        try:
+            try:
+                async with trio.open_nursery() as inner:
+                    await inner.start(self.supervisor.run)
+                    await inner.start(self.reconciler.run, updates)
+                    await inner.start(self.source.run, updates)
+                    task_status.started(port)
+            except* SpecError as group:
+                # An input no retry can fix, found only once running.
+                codes.add(EXIT_USAGE)
+                for exc in group.exceptions:
+                    logger.error("invalid input; tearing down: %s", exc)
+            except* Exception as group:
+                codes.add(EXIT_FAILED)
+                logger.error("the daemon failed; tearing down", exc_info=group)
+        finally:
+            self.teardown_report = await teardown(
+                self.host,
+                self.simulators,
+                timeout=self.shutdown_timeout,
+                supervisor=self.supervisor,
+                release_runtime_state=self.release_runtime_state,
+            )
+        return codes
+
     @contextlib.contextmanager
     def _signals(self) -> Iterator[trio.abc.ReceiveChannel | None]:
-        """SIGTERM/SIGINT as a channel, held for the whole run.
+        """The handled signals as a channel, held for the whole run.
 
         Held past the inner nursery on purpose: a second Ctrl-C during
         teardown lands in the (no longer read) channel instead of killing
@@ -181,19 +250,32 @@ class DaemonRunner:
         if not self.handle_signals:
             yield None
             return
-        originals = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-        for signum in STOP_SIGNALS:
+        originals = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
+        for signum in HANDLED_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         try:
-            with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
                 yield signals
         finally:
             for signum, handler in originals.items():
                 signal.signal(signum, handler)
 
-    async def _watch_signals(self, signals) -> None:
-        """Turn a signal into ``stop``: a cancelled scope with a reason, not an exception."""
-        async for signum in signals:
-            name = signal.Signals(signum).name
-            logger.info("received %s; tearing down", name, extra={"signal": name})
-            self.stop(f"received {name}")
+    async def _watch_signals(self, signals, scope: trio.CancelScope) -> None:
+        """A stop signal becomes ``stop`` (a cancelled scope with a reason, not an
+        exception), SIGHUP a resync; the rest are only logged."""
+        with scope:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                extra = {"signal": name}
+                if signum in STOP_SIGNALS:
+                    logger.info("received %s; tearing down", name, extra=extra)
+                    self.stop(f"received {name}")
+                elif signum == RESYNC_SIGNAL:
+                    logger.info("received %s; re-reading every input", name, extra=extra)
+                    self.resync()
+                else:
+                    logger.info(
+                        "received %s; ignored (SIGHUP re-reads the inputs, SIGTERM tears down)",
+                        name,
+                        extra=extra,
+                    )

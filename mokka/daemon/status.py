@@ -13,13 +13,16 @@ fields are ``time.time()`` (for humans reading health bodies).
 
 from __future__ import annotations
 
+import bisect
 import datetime
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
 import attrs
 
 from mokka.simulators.base import Readiness
+from mokka.state.reader import excerpt as input_excerpt
 
 #: The waves of one pass, in order.
 WAVES = ("stage", "supervise", "apply")
@@ -28,6 +31,38 @@ WAVES = ("stage", "supervise", "apply")
 def _frozen_mapping(value: Mapping) -> Mapping:
     """A read-only copy: the publisher keeps mutating its own dict afterwards."""
     return MappingProxyType(dict(value))
+
+
+#: Characters of any text from input (an error, a reason) a probe body carries:
+#: enough to name the file and the field, never a file's content.
+MAX_TEXT = 200
+
+#: One device node written as a placeholder file for want of CAP_MKNOD (the
+#: wording of ``mokka.fsops.placeholder_reason``): said once per node, 14 times for a node
+#: of 8 GPUs, which would bury every other reason.
+_PLACEHOLDER = re.compile(
+    r"(?P<path>\S+): no CAP_MKNOD, wrote a placeholder file instead of char device "
+    r"\d+:\d+; consumers cannot open it \(run as root to get real nodes\)"
+)
+
+
+def excerpt(text: str | None, limit: int = MAX_TEXT) -> str | None:
+    """``text`` cut to ``limit`` characters (the input reader's excerpt); ``None`` stays."""
+    return None if text is None else input_excerpt(text, limit)
+
+
+def summarize_reason(reason: str) -> str:
+    """A readiness reason with the per-device CAP_MKNOD sentences said once, with the count."""
+    paths = [m["path"] for m in _PLACEHOLDER.finditer(reason)]
+    if len(paths) < 2:
+        return reason
+    shown = ", ".join(paths[:2]) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
+    summary = (
+        f"{len(paths)} device nodes are placeholder files ({shown}): no CAP_MKNOD; consumers "
+        "cannot open them (run as root to get real nodes)"
+    )
+    rest = [part for part in _PLACEHOLDER.sub("", reason).split("; ") if part.strip()]
+    return "; ".join([summary, *rest])
 
 
 def iso(wall: float | None) -> str | None:
@@ -67,7 +102,7 @@ class SimulatorOutcome:
         """The probe bodies' spelling: wall time as ISO 8601, durations in seconds."""
         return {
             "ok": self.ok,
-            "error": self.error,
+            "error": excerpt(self.error),
             "terminal": self.terminal,
             "cancelled": self.cancelled,
             "at": iso(self.wall),
@@ -150,23 +185,45 @@ class PassResult:
             "duration_seconds": round(self.duration, 6),
             "retry_in_seconds": self.retry_delay,
             "failures": [
-                {"simulator": o.name, "wave": o.wave, "error": o.error, "at": iso(o.wall)}
+                {
+                    "simulator": o.name,
+                    "wave": o.wave,
+                    "error": excerpt(o.error),
+                    "at": iso(o.wall),
+                }
                 for o in self.failures
             ],
         }
 
 
+#: Upper bounds (seconds) of the duration histograms' buckets: a simulator's
+#: call takes milliseconds, a pass over a large profile seconds, a stuck one
+#: minutes.  Fixed, so every node's buckets add up across a fleet.
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+
+
 @attrs.frozen(kw_only=True)
 class DurationSummary:
-    """Count, sum and last value of a duration (a Prometheus summary without quantiles)."""
+    """Count, sum, last value and bucket counts of a duration (a Prometheus histogram)."""
 
     count: int = 0
     total: float = 0.0
     last: float = 0.0
+    #: observations per bucket of ``DURATION_BUCKETS`` (not cumulative: the
+    #: one whose bound is the first >= the value); longer ones only in ``count``
+    buckets: tuple[int, ...] = (0,) * len(DURATION_BUCKETS)
 
     def add(self, seconds: float) -> DurationSummary:
         """A new summary including ``seconds`` (values are replaced, never mutated)."""
-        return DurationSummary(count=self.count + 1, total=self.total + seconds, last=seconds)
+        buckets = list(self.buckets)
+        index = bisect.bisect_left(DURATION_BUCKETS, seconds)
+        if index < len(buckets):
+            buckets[index] += 1
+        return DurationSummary(
+            count=self.count + 1, total=self.total + seconds, last=seconds, buckets=tuple(buckets)
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -198,11 +255,16 @@ class ReconcilerStatus:
     source_error: str | None = None
     source_error_wall: float | None = None
     source_errors_total: int = 0
-
-    @property
-    def observed_generation(self) -> int | None:
-        """Generation of the last pass that ran, whatever its outcome."""
-        return None if self.last_pass is None else self.last_pass.generation
+    #: Each simulator's readiness as the last pass left it (``None`` before
+    #: the first pass): what the node serves while the next pass runs, when
+    #: the simulators' live answers are those of a node half-way between states.
+    settled_readiness: Mapping[str, Readiness] | None = attrs.field(
+        default=None, converter=lambda m: None if m is None else _frozen_mapping(m)
+    )
+    #: Generation of the newest state the loop has acted on: the last pass's,
+    #: or a later one it skipped because its content equals what that pass ran
+    #: over (the node already is that state).
+    observed_generation: int | None = None
 
     @property
     def stage_failures(self) -> tuple[SimulatorOutcome, ...]:

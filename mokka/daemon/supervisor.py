@@ -158,11 +158,13 @@ class Supervisor:
     def status(self) -> SupervisorStatus:
         return self._status
 
-    def readiness(self, sim: Simulator) -> Readiness:
-        """The simulator's own readiness unless its daemon is down."""
+    def readiness(self, sim: Simulator, own: Readiness | None = None) -> Readiness:
+        """The simulator's own readiness (``own``, else asked now) unless its daemon is down."""
         status = self._status.daemons.get(sim.name)
         override = status.readiness_override() if status is not None else None
-        return override if override is not None else sim.readiness
+        if override is not None:
+            return override
+        return own if own is not None else sim.readiness
 
     # ---- internals ----------------------------------------------------
 

@@ -8,11 +8,16 @@
    and so the node, from being restored),
 4. ``discard`` on every simulator, concurrently.
 
-Best effort: every call has its own ``try/except Exception`` with
-``logger.exception``, so one failure stops neither its siblings nor the
-next step.  The whole sequence runs under ``trio.move_on_after(timeout,
-shield=True)``: it completes although the scope around it was cancelled
-(that is how it gets called, on SIGTERM), and it gives up at the deadline
+Best effort: every call has its own ``try/except Exception``, so one
+failure stops neither its siblings nor the next step.  An expected fault (a
+``MokkaError``: a full or read-only root, refused bookkeeping) is one warning
+line; anything else is a bug and is logged with its traceback.  A discard
+removes its owner's half-written manifest snapshot too, or fails saying
+which file is left, so the exit code says whether the node was left clean.
+
+The whole sequence runs under ``trio.move_on_after(timeout, shield=True)``:
+it completes although the scope around it was cancelled (that is how it
+gets called, on SIGTERM), and it gives up at the deadline
 (``--shutdown-timeout``, kept under the pod's termination grace period) so
 the kubelet's SIGKILL never lands mid-write.  Nothing is raised past
 teardown; the returned ``TeardownReport`` says how it went.
@@ -27,6 +32,7 @@ import attrs
 import trio
 
 from mokka.daemon.supervisor import Supervisor
+from mokka.errors import MokkaError
 from mokka.host import Host
 from mokka.simulators.base import Applier, Simulator
 
@@ -73,12 +79,11 @@ async def teardown(
             await call(host)
         except Exception as exc:
             failures.append((step, sim.name, f"{type(exc).__name__}: {exc}"))
-            logger.exception(
-                "teardown: %s of %s failed",
-                step,
-                sim.name,
-                extra={"simulator": sim.name, "step": step},
-            )
+            extra = {"simulator": sim.name, "step": step}
+            if isinstance(exc, MokkaError):
+                logger.warning("teardown: %s of %s failed: %s", step, sim.name, exc, extra=extra)
+            else:
+                logger.exception("teardown: %s of %s failed", step, sim.name, extra=extra)
 
     logger.info("teardown: stopping daemons, revoking, discarding", extra={"timeout_s": timeout})
     with trio.move_on_after(timeout, shield=True) as scope:

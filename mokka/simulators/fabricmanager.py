@@ -29,6 +29,8 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
+import stat
 
 import attrs
 import trio
@@ -237,7 +239,7 @@ class FabricManagerSimulator:
                 nursery.start_soon(watch)
                 while True:
                     await trio.sleep(self.settings.reassert_interval)
-                    if await trio.to_thread.run_sync(_write_marker, host):
+                    if await trio.to_thread.run_sync(_reassert_marker, host):
                         logger.warning("fabric manager: marker was deleted, rewrote it")
                         self.rewrites.value += 1
 
@@ -254,7 +256,7 @@ class FabricManagerSimulator:
 
 
 def _write_marker(host: Host) -> bool:
-    """Converge the marker and its mirror; ``True`` if either had to be (re)created.
+    """Converge the marker and its mirror (``_MARKERS``); ``True`` if either had to be (re)created.
 
     The mirror beside the engine config is the one the mock library reads
     (see ``layout.FABRIC_READY_MIRROR``); the marker in ``fabric-state`` is
@@ -262,12 +264,35 @@ def _write_marker(host: Host) -> bool:
     """
     report = host.converge(
         MARKER_OWNER,
-        [
-            File(layout.FABRIC_READY_MARKER, b"", 0o644),
-            File(layout.FABRIC_READY_MIRROR, b"", 0o644),
-        ],
+        [File(path, b"", 0o644) for path in _MARKERS],
     )
     return bool(report.created or report.updated)
+
+
+#: The marker files ``_write_marker`` converges: empty, 0644.
+_MARKERS = (layout.FABRIC_READY_MARKER, layout.FABRIC_READY_MIRROR)
+
+
+def _reassert_marker(host: Host) -> bool:
+    """The tick's check: a few ``lstat`` calls while the markers stand, a converge if not.
+
+    A converge reads the owner's manifest, looks at the other owners' for the
+    shared directory and may rewrite the snapshot: too much to repeat every
+    couple of seconds on an idle node for a file that is almost always there.
+    Only a marker that is missing or altered goes through ``_write_marker``.
+    """
+    if all(_marker_intact(host, path) for path in _MARKERS):
+        return False
+    return _write_marker(host)
+
+
+def _marker_intact(host: Host, node_path: str) -> bool:
+    """Whether ``node_path`` is the empty 0644 regular file ``_write_marker`` makes."""
+    try:
+        st = os.lstat(host.resolve(node_path))
+    except (OSError, HostPathError):
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0 and stat.S_IMODE(st.st_mode) == 0o644
 
 
 def _marker_down(host: Host, keep_dir: bool) -> None:

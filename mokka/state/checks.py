@@ -9,8 +9,8 @@ phrased ``<file>: <field path>: <what was found>, expected <what>`` or
 
 The checkers return the converted value, or ``None`` after recording a
 problem, so a parser can keep going and report the next field too.
-``load_yaml`` and ``read_optional`` turn unreadable input into the same kind
-of message.
+Reading and parsing the files (bounded, see ``mokka.state.reader``) turn
+unreadable input into the same kind of message.
 
 The checks are plain functions over plain values rather than a schema
 library: each message must use the user's own field path
@@ -18,7 +18,11 @@ library: each message must use the user's own field path
 (a bus id under at most one root, unique minor numbers) and a profile that
 Helm re-rendered needs its numbers repaired before any type check runs
 (``normalize_numbers``).  Nothing here raises on a bad value; only
-``Problems.raise_if_any`` and the two readers raise, always ``SpecError``.
+``Problems.raise_if_any`` raises, always ``SpecError``.
+
+Messages quote input only in short excerpts (``found``, ``sub``), and a
+file's problems are capped at ``MAX_PROBLEMS``: they end in logs and in the
+``/readyz`` body, which a hostile document must not be able to fill.
 """
 
 from __future__ import annotations
@@ -26,12 +30,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mokka.errors import SpecError
+from mokka.state.reader import excerpt
 
 #: Canonical PCI address as profiles spell it (``0000:53:00.0``); NVML's
 #: 8-digit domain (``00000000:53:00.0``, what ``nvidia-smi`` prints) is
@@ -49,6 +51,13 @@ UUID_RE = re.compile(
 #: NVML's GPU UUID, ``GPU-`` and the same groups; ``pattern[1:]`` drops the
 #: inner ``^`` so the anchor sits before the prefix.
 GPU_UUID_RE = re.compile(r"^GPU-" + UUID_RE.pattern[1:])
+#: Problems reported per file: a list a person reads to fix the file, and
+#: bounded, however many fields a generated document gets wrong.
+MAX_PROBLEMS = 50
+
+
+#: Characters of one problem's message (after the file and field it names).
+MAX_MESSAGE = 300
 
 
 class Problems:
@@ -69,7 +78,10 @@ class Problems:
     def add(self, path: str, message: str) -> None:
         """Record ``message`` about the field at ``path`` (``""``: the document itself)."""
         where = f"{self.source}: {path}" if path else self.source
-        self.items.append(f"{where}: {message}")
+        # The last word on length: a checker that quotes input without
+        # ``found`` (a repeated id, an unparsable address) still cannot make
+        # one problem bury the others, or carry a file's content.
+        self.items.append(f"{where}: {excerpt(message, MAX_MESSAGE)}")
 
     def raise_if_any(self) -> None:
         """Raise one ``SpecError`` with every problem recorded so far, if any.
@@ -78,14 +90,24 @@ class Problems:
         cannot help).  A parser calls it at the end, and earlier only where
         going on would report nonsense, e.g. when the document is not a mapping.
         """
+        if len(self.items) > MAX_PROBLEMS:
+            # Every problem is recorded (parsers compare ``len(items)``), only
+            # the report is cut.
+            more = f"{self.source}: and {len(self.items) - MAX_PROBLEMS} more problems"
+            raise SpecError([*self.items[:MAX_PROBLEMS], more])
         if self.items:
             raise SpecError(self.items)
 
 
 def sub(path: str, key: str | int) -> str:
-    """Extend a field path: ``sub("devices", 3)`` → ``devices[3]``, ``sub("a", "b")`` → ``a.b``."""
+    """Extend a field path: ``sub("devices", 3)`` → ``devices[3]``, ``sub("a", "b")`` → ``a.b``.
+
+    A key is the user's text too (an unknown key may be a pasted blob), so
+    a long one is cut like any quoted value.
+    """
     if isinstance(key, int):
         return f"{path}[{key}]"
+    key = excerpt(key, 60)
     return f"{path}.{key}" if path else key
 
 
@@ -97,10 +119,9 @@ def found(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
-    text = repr(value)
     # A long value (a pasted file, a base64 blob) would bury the rest of the
     # message: 60 characters show the mistake, not the payload.
-    return text if len(text) <= 60 else text[:57] + "..."
+    return excerpt(repr(value), 60)
 
 
 def normalize_numbers(value: Any) -> Any:
@@ -297,112 +318,3 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return value
-
-
-#: libyaml's parser when PyYAML was built with it (ten times faster), else pure Python.
-_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
-    """``SafeLoader`` without YAML 1.1's base-60 numbers.
-
-    Under YAML 1.1 an unquoted ``0000:53:00.0`` is the float 190980.0 and
-    ``12:30`` the int 750.  Helm re-renders profiles without quoting bus ids
-    (Go's YAML library has no base-60), so read numbers the YAML 1.2 way.
-    """
-
-
-_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-# Drop every inherited int/float resolver (they carry the base-60 forms), then
-# add the rest of YAML 1.1's forms back: binary, leading-zero octal, decimal
-# and hex ints; floats need a dot in the mantissa and a sign in the exponent
-# (``2.06158430208e+11``), so ``1e5`` stays a string as under PyYAML's default.
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
-    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(_INT, re.compile(
-    r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"))
-_Loader.add_implicit_resolver(_FLOAT, re.compile(
-    r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
-
-
-#: Deepest nesting of mappings and lists a document may have.  Profiles are
-#: about six levels deep; the parsers, the merge and the content hash all
-#: recurse, so a deeper document (a pasted blob, a generator gone wrong) is
-#: refused here with a message instead of ending in a ``RecursionError``.
-MAX_DEPTH = 64
-
-
-def load_yaml(text: str, source: str) -> Any:
-    """Parse YAML (safe, no base-60); syntax errors become ``SpecError`` naming line and column.
-
-    Only the first problem is reported: after a syntax error the parser
-    cannot know what the rest of the document was meant to be.  Lines and
-    columns are one-based, as editors number them (PyYAML counts from zero).
-
-    Scalars the constructor cannot convert (``2024-13-45`` looks like a
-    date, ``!!int abc``, an integer of more than 4300 digits) raise plain
-    ``ValueError``s inside PyYAML, not ``YAMLError``s; they are input
-    errors all the same.  So is a recursive alias (``&a [*a]``) or nesting
-    deeper than ``MAX_DEPTH``: every reader of the result recurses.
-    """
-    try:
-        doc = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{source}: {where}not valid YAML ({problem})") from None
-    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-        # No mark here: the constructor raised outside PyYAML's error type.
-        raise SpecError(f"{source}: not valid YAML (a value cannot be read: {exc})") from None
-    problem = _shape_problem(doc)
-    if problem is not None:
-        raise SpecError(f"{source}: {problem}")
-    return doc
-
-
-def _shape_problem(doc: Any) -> str | None:
-    """Why ``doc`` cannot be walked recursively (a cycle, too deep), or ``None``.
-
-    Iterative on purpose: the point is to find what would blow the stack.
-    A container met again on its own path is a recursive alias; the same
-    container reached twice along different paths (a plain ``*alias``) is fine.
-    """
-    # (value, depth, ids of the containers on the path to it)
-    stack: list[tuple[Any, int, frozenset[int]]] = [(doc, 0, frozenset())]
-    while stack:
-        value, depth, path = stack.pop()
-        if isinstance(value, Mapping):
-            children = list(value.values())
-        elif isinstance(value, list):
-            children = list(value)
-        else:
-            continue
-        if id(value) in path:
-            return "a recursive alias (an anchor used inside itself), expected plain data"
-        if depth >= MAX_DEPTH:
-            return f"nested deeper than {MAX_DEPTH} levels, expected plain data"
-        inner = path | {id(value)}
-        stack.extend((child, depth + 1, inner) for child in children)
-    return None
-
-
-def read_optional(path: Path, what: str) -> str | None:
-    """The text of an optional input; ``None`` when it does not exist (not an error).
-
-    The topology document and the overrides file may legitimately be absent
-    (a node outside any ComputeDomain, no ``mokka ctl`` edit yet); any other
-    read failure (permissions, a directory in the file's place, bad UTF-8)
-    is a ``SpecError`` naming the file and ``what`` it should have been.
-    """
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read the {what}: {exc}") from None

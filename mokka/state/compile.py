@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +200,8 @@ def compile_profile(
 
 
 def load_inputs(
-    profile: str | Path, topology: Path | None, overrides: Path | None
+    profile: str | Path, topology: Path | None, overrides: Path | None,
+    *, overrides_root: Path | None = None,
 ) -> tuple[Profile, Topology | None, Overrides | None]:
     """Read and validate all three inputs, reporting the problems of all of them at once.
 
@@ -207,11 +209,13 @@ def load_inputs(
     should not need two round trips to learn both; each message already
     names its file, so one ``SpecError`` carries them all.  ``None`` for
     the topology or overrides path means that input is not configured.
+    ``overrides_root``: the node root the overrides path lies beneath, where
+    no symlink is followed (``load_overrides``).
     """
     problems: list[str] = []
     loaded: list[Any] = []
     for loader, arg in ((load_profile, profile), (load_topology, topology),
-                        (load_overrides, overrides)):
+                        (partial(load_overrides, root=overrides_root), overrides)):
         try:
             loaded.append(None if arg is None else loader(arg))
         except SpecError as exc:
@@ -256,6 +260,24 @@ def _roots(
     return roots, root_of
 
 
+#: The blocks whose readings move in the mock NVML library (utilization,
+#: power, temperature, clocks, memory used); an override there pins them.
+_READING_BLOCKS = ("utilization", "memory", "power", "thermal", "clocks",
+                   "clocks_throttle_reasons")
+
+
+def _pins(patch: Mapping[str, Any], top: bool = True) -> dict[str, Any]:
+    """The reading fields an overrides patch sets, each as ``True``.
+
+    The engine config carries them as ``pinned.<field>``: the library then
+    answers the overridden value rather than a pattern's or a workload's, and
+    a ``mokka ctl reset`` (which drops the override) lets the reading move again.
+    """
+    return {key: _pins(value, top=False) if isinstance(value, Mapping) else True
+            for key, value in patch.items()
+            if not top or key in _READING_BLOCKS}
+
+
 def _gpu(
     dev: DeviceSpec,
     node_name: str,
@@ -292,6 +314,7 @@ def _gpu(
     # label names that layer, so the same code set by another layer is
     # another Xid.
     failure_xid_label = "profile.failure.xid"
+    pins: dict[str, Any] = {}
     for label, patch in overrides.layers_for(dev.index, uuid) if overrides is not None else ():
         patch = dict(patch)
         xid_entries.extend((f"{label}.xids[{i}]", x)
@@ -299,6 +322,9 @@ def _gpu(
         if isinstance(patch.get("failure"), Mapping) and "xid" in patch["failure"]:
             failure_xid_label = f"{label}.failure.xid"
         fields = deep_merge(fields, patch)
+        pins = deep_merge(pins, _pins(patch))
+    if pins:
+        fields["pinned"] = pins
     failure_block = fields.get("failure") or {}
     if isinstance(failure_block.get("xid"), Mapping):
         xid_entries.append((failure_xid_label, failure_block["xid"]))

@@ -1,5 +1,9 @@
 """Checks of the device blocks both the profile and the overrides carry.
 
+``dynamics`` (readings that follow a pattern, see docs/workloads.md) is a
+profile block only; its checks live here beside the other device blocks
+whose words are a contract with the mock NVML library.
+
 ``fabric`` (the GPU's NVLink fabric identity), ``failure`` (an injected
 failure mode, its triggers and the Xid it raises) and ``xids`` (Xids to
 announce) mean the same in a profile's device entry and in an overrides
@@ -93,3 +97,73 @@ def check_xid_list(p: Problems, path: str, value: Any) -> None:
     items = checks.as_list(p, path, value)
     for pos, item in enumerate(items or ()):
         check_xid(p, sub(path, pos), item)
+
+
+#: The readings a ``dynamics`` block may move, with each value's range
+#: (percent, fraction of the memory, watts, degrees Celsius, MHz).
+DYNAMICS_METRICS: dict[str, tuple[float, float]] = {
+    "utilization": (0.0, 100.0),
+    "memory": (0.0, 1.0),
+    "power": (0.0, 10_000.0),
+    "temperature": (0.0, 150.0),
+    "clocks": (0.0, 10_000.0),
+}
+#: Each pattern's parameters: (name, required, what it is).
+DYNAMICS_PATTERNS: dict[str, tuple[tuple[str, bool], ...]] = {
+    "steady": (("value", True),),
+    "ramp": (("from", True), ("to", True), ("period_s", True)),
+    "burst": (("low", True), ("high", True), ("period_s", True), ("duty", False)),
+    "noise": (("mean", True), ("amplitude", True), ("seed", False)),
+}
+#: Parameters in the metric's own unit (checked against its range).
+_VALUE_PARAMS = ("value", "from", "to", "low", "high", "mean", "amplitude")
+#: Periods and steps in seconds: a millisecond is finer than any reader
+#: polls; a day is longer than any pattern means (a longer one is a typo).
+MIN_PERIOD_S = 0.001
+MAX_PERIOD_S = 86_400.0
+
+
+def check_dynamics(p: Problems, path: str, value: Any) -> None:
+    """``dynamics``: ``step_s`` and one pattern per reading, e.g.
+    ``utilization: {pattern: burst, low: 5, high: 95, period_s: 60, duty: 0.25}``.
+
+    Values are in the reading's unit and range (``DYNAMICS_METRICS``), so a
+    pattern can never ask the library for a reading the board cannot show.
+    """
+    block = checks.as_mapping(p, path, value)
+    if block is None:
+        return
+    checks.check_keys(p, path, block, ("step_s", *DYNAMICS_METRICS))
+    if block.get("step_s") is not None:
+        checks.as_float(p, sub(path, "step_s"), block["step_s"], lo=MIN_PERIOD_S, hi=MAX_PERIOD_S)
+    for metric, (lo, hi) in DYNAMICS_METRICS.items():
+        if block.get(metric) is not None:
+            _check_pattern(p, sub(path, metric), block[metric], lo, hi)
+
+
+def _check_pattern(p: Problems, path: str, value: Any, lo: float, hi: float) -> None:
+    spec = checks.as_mapping(p, path, value)
+    if spec is None:
+        return
+    name = checks.require(p, path, spec, "pattern", f"one of: {', '.join(DYNAMICS_PATTERNS)}")
+    if name is None:
+        return
+    name = checks.as_choice(p, sub(path, "pattern"), name, DYNAMICS_PATTERNS)
+    if name is None:
+        return
+    params = DYNAMICS_PATTERNS[name]
+    checks.check_keys(p, path, spec, ("pattern", *(key for key, _ in params)))
+    for key, required in params:
+        if spec.get(key) is None:
+            if required:
+                p.add(sub(path, key), f"missing, expected a number (pattern {name} needs it)")
+            continue
+        where = sub(path, key)
+        if key in _VALUE_PARAMS:
+            checks.as_float(p, where, spec[key], lo=0.0 if key == "amplitude" else lo, hi=hi)
+        elif key == "period_s":
+            checks.as_float(p, where, spec[key], lo=MIN_PERIOD_S, hi=MAX_PERIOD_S)
+        elif key == "duty":
+            checks.as_float(p, where, spec[key], lo=0.0, hi=1.0)
+        elif key == "seed":
+            checks.as_int(p, where, spec[key], lo=0, hi=2**63 - 1)

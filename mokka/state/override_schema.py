@@ -37,9 +37,30 @@ from mokka.state.device_checks import FABRIC_STATES, check_failure, check_xid_li
 Leaf = Callable[[Problems, str, Any], object]
 
 
-def _int(p: Problems, path: str, v: Any) -> object:
-    """Any integer, sign included; used for the temperatures (degrees Celsius)."""
-    return checks.as_int(p, path, v)
+#: Degrees Celsius a temperature reading or threshold may be pinned to.  The
+#: floor is 0 because NVML answers these in an ``unsigned int``
+#: (``nvmlDeviceGetTemperature``, ``nvmlDeviceGetTemperatureThreshold``): a
+#: negative value has no answer, so the library says NOT_SUPPORTED and
+#: nvidia-smi prints N/A, which is not the drill that was asked for.  The
+#: ceiling, 200, is about twice the highest shutdown threshold of any board
+#: Mokka models (96 C), room for every overheat drill, while a slip of the
+#: keyboard (``100000``) is refused instead of read as a reading.
+TEMPERATURE_RANGE_C = (0, 200)
+#: ``tlimit_c`` is headroom (the distance to the slowdown threshold), signed
+#: in NVML (``nvmlDeviceGetTemperatureV``): any difference of two
+#: temperatures in ``TEMPERATURE_RANGE_C``.
+TLIMIT_RANGE_C = (-TEMPERATURE_RANGE_C[1], TEMPERATURE_RANGE_C[1])
+#: NVML's performance states ``NVML_PSTATE_0``..``NVML_PSTATE_15``, spelt as
+#: nvidia-smi prints them and as ``mokka ctl pstate`` takes them.
+PSTATES = tuple(f"P{i}" for i in range(16))
+
+
+def _temperature(p: Problems, path: str, v: Any) -> object:
+    return checks.as_int(p, path, v, lo=TEMPERATURE_RANGE_C[0], hi=TEMPERATURE_RANGE_C[1])
+
+
+def _tlimit(p: Problems, path: str, v: Any) -> object:
+    return checks.as_int(p, path, v, lo=TLIMIT_RANGE_C[0], hi=TLIMIT_RANGE_C[1])
 
 
 def _count(p: Problems, path: str, v: Any) -> object:
@@ -60,8 +81,16 @@ def _str(p: Problems, path: str, v: Any) -> object:
 
 
 def _pstate(p: Problems, path: str, v: Any) -> object:
-    """``P0``..``P15`` in any case (NVML's ``NVML_PSTATE_0``..``15``)."""
-    return checks.as_choice(p, path, v, tuple(f"p{i}" for i in range(16)))
+    """``P0``..``P15`` in any case; the message spells them as nvidia-smi does."""
+    if isinstance(v, str) and v.upper() in PSTATES:
+        return v.upper()
+    p.add(path, f"{checks.found(v)} is not a performance state, expected {pstate_range()}")
+    return None
+
+
+def pstate_range() -> str:
+    """``P0..P15``: the valid performance states, as a person types them."""
+    return f"{PSTATES[0]}..{PSTATES[-1]}"
 
 
 def _fabric_state(p: Problems, path: str, v: Any) -> object:
@@ -127,11 +156,14 @@ _ECC_KIND = {"single_bit": _ECC_COUNTS, "double_bit": _ECC_COUNTS}
 #: nests, a callable checks a leaf.  Units follow the profile: temperatures in
 #: degrees Celsius, power in mW, energy in mJ, clocks in MHz, sizes in bytes.
 SCHEMA: dict[str, Any] = {
-    "thermal": {k: _int for k in (
-        "temperature_gpu_c", "temperature_memory_c", "shutdown_threshold_c",
-        "slowdown_threshold_c", "max_operating_c", "max_memory_operating_c",
-        "target_temperature_c", "tlimit_c",
-    )},
+    "thermal": {
+        **{k: _temperature for k in (
+            "temperature_gpu_c", "temperature_memory_c", "shutdown_threshold_c",
+            "slowdown_threshold_c", "max_operating_c", "max_memory_operating_c",
+            "target_temperature_c",
+        )},
+        "tlimit_c": _tlimit,
+    },
     "power": {
         **{k: _count for k in (
             "current_draw_mw", "default_limit_mw", "enforced_limit_mw", "min_limit_mw",

@@ -19,15 +19,27 @@ whole result, then write a temp file and rename it over the old one (mode
 0644).  Readers never lock: a rename is atomic, so they see the old file or
 the new one, never half of either.  The daemon calls ``reset_file`` at start:
 runtime state does not survive a pod restart.
+
+The file and its lock usually sit under the node root, where anyone who can
+write the config directory could plant a symlink in their place.  Neither
+is ever followed there: the lock is opened with ``O_NOFOLLOW`` always (it is
+a file only Mokka creates), and given the ``root`` the path lies beneath,
+the file, the lock and every directory on the way to them are reached from
+the root without following any link (``mokka.state.reader.open_parent``).
+Under the root, ``mokka ctl`` records both in the manifests of
+``MANIFEST_OWNERS`` through ``Host`` before creating them, so
+``mokka cleanup`` removes them after a killed daemon.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
-import tempfile
+import stat
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,8 +49,9 @@ import yaml
 
 from mokka.errors import MokkaError
 from mokka.state import checks
-from mokka.state.checks import Problems, load_yaml, read_optional, sub
+from mokka.state.checks import Problems, sub
 from mokka.state.override_schema import check_patch
+from mokka.state.reader import load_yaml, open_parent, read_input
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +64,14 @@ _MAX_INDEX_DIGITS = 32
 FILE_MODE = 0o644
 #: libyaml's emitter when available: ``mokka ctl`` rewrites the whole file per change.
 _Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+#: The ``Host`` manifest owners under which ``mokka ctl`` records the file
+#: and its lock (and, shared, the directories above them) before creating
+#: them; the daemon discards both when it resets the file.
+MANIFEST_OWNERS = ("runtime-overrides", "runtime-overrides-lock")
+#: Seconds ``reset_file`` waits for the lock before resetting without it: a
+#: process that holds the lock and never lets go must not stall the daemon's
+#: start or teardown (a writer holds it for milliseconds).
+RESET_LOCK_TIMEOUT = 2.0
 #: Tells whoever opens the file by hand that it is generated and short-lived.
 HEADER = (
     "# Runtime overrides of the mock GPUs, written by `mokka ctl` (edits are validated there).\n"
@@ -183,9 +204,13 @@ def parse_overrides(text: str, *, source: str) -> Overrides:
     return Overrides.from_mapping(load_yaml(text, source), source=source)
 
 
-def load_overrides(path: Path) -> Overrides | None:
-    """The overrides at ``path``; ``None`` when the file does not exist (not an error)."""
-    text = read_optional(path, "overrides file")
+def load_overrides(path: Path, *, root: Path | None = None) -> Overrides | None:
+    """The overrides at ``path``; ``None`` when the file does not exist (not an error).
+
+    ``root``: the path is beneath that node root, so a symlink there is
+    refused rather than followed (it could lead to any file on the host).
+    """
+    text = read_input(path, "the overrides file", optional=True, root=root)
     return None if text is None else parse_overrides(text, source=str(path))
 
 
@@ -198,23 +223,79 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
+def open_lock(path: Path, *, root: Path | None = None) -> int:
+    """A descriptor of ``<path>.lock``, created if missing, never through a symlink.
+
+    ``O_NOFOLLOW``: a planted ``overrides.yaml.lock`` symlink would otherwise
+    make every writer (and the daemon, at start and at teardown) create a
+    file wherever it points.  ``O_NONBLOCK`` and the ``fstat`` check: a FIFO
+    or a device in its place is refused, not opened for good.  Refusals are
+    ``OSError``s naming the lock file, as any failure to open it would be.
+    ``root``: no directory on the way from it is followed either.
+    """
+    lpath = lock_path(path)
+    # CLOEXEC: a lock must not outlive this process in a child it spawns
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+    dir_fd: int | None = None
+    try:
+        dir_fd, name = open_parent(lpath, root)
+        fd = os.open(name, flags, FILE_MODE, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, expected the lock file Mokka creates "
+                          "(no link is followed: it could lead outside the node root)",
+                          str(lpath)) from None
+        raise
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file, expected the lock file Mokka creates",
+                      str(lpath))
+    return fd
+
+
+def _flock(fd: int, timeout: float | None) -> bool:
+    """Take the exclusive lock; ``False`` when ``timeout`` seconds passed first."""
+    if timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
+def locked(
+    path: Path, *, timeout: float | None = None, root: Path | None = None
+) -> Iterator[bool]:
     """Hold the exclusive ``flock`` on ``<path>.lock`` (blocking until it is ours).
 
     ``reset_file`` unlinks the lock file while holding it; a writer that was
     waiting then holds a lock on an unlinked inode, so it checks that the
-    path still names its inode and retries otherwise.
+    path still names its inode and retries otherwise.  With ``timeout``,
+    yields ``False`` (without the lock) once that many seconds passed.
+    ``root``: see ``open_lock``.
     """
     lpath = lock_path(path)
     while True:
-        # CLOEXEC: a lock must not outlive this process in a child it spawns
-        fd = os.open(lpath, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = open_lock(path, root=root)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            held_lock = _flock(fd, timeout)
+            if not held_lock:
+                logger.warning("%s: still locked after %ss, going on without the lock",
+                               lpath, timeout)
+                break
             held = os.fstat(fd)
             try:
-                current = os.stat(lpath)
+                current = _lstat_beneath(lpath, root)
             except FileNotFoundError:
                 current = None
             same = current is not None and (current.st_dev, current.st_ino) == (
@@ -226,7 +307,7 @@ def locked(path: Path) -> Iterator[None]:
             raise
         os.close(fd)
     try:
-        yield
+        yield held_lock
     finally:
         os.close(fd)
 
@@ -240,8 +321,11 @@ def write_overrides(path: Path, overrides: Overrides) -> None:
     config directory does not show it.  Readers (the daemon's file source,
     ``mokka ctl status``) only ever see a complete old or new file.
     """
-    text = HEADER + yaml.dump(overrides.to_mapping(), Dumper=_Dumper, sort_keys=False,
-                              default_flow_style=False)
+    # imported here: ``tempfile`` imports ``random``, a cost every ``mokka ctl``
+    # call would pay, and under a node root the file is written through ``Host``
+    import tempfile
+
+    text = render(overrides)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -257,51 +341,106 @@ def write_overrides(path: Path, overrides: Overrides) -> None:
         raise
 
 
-def update_overrides(
-    path: Path, change: Callable[[dict[str, Any]], dict[str, Any] | None]
-) -> Overrides:
-    """Read-modify-write under the lock; ``change`` edits the document or returns a new one.
+def render(overrides: Overrides) -> str:
+    """The file's text: the header, then the canonical document."""
+    return HEADER + yaml.dump(overrides.to_mapping(), Dumper=_Dumper, sort_keys=False,
+                              default_flow_style=False)
 
-    The whole result is validated before anything is written (``SpecError``
-    leaves the file as it was).  No update is lost to a concurrent writer.
 
-    A missing config directory is a ``MokkaError``, not something to create:
-    it almost always means a wrong ``--root``, and a file written there would
-    never be read by the daemon or the library.
+def require_config_dir(path: Path) -> None:
+    """Refuse ``path`` when the directory it would sit in is missing (``MokkaError``).
+
+    Not something to create: a missing driver config directory almost always
+    means a wrong ``--root`` or an agent that has not staged the node yet,
+    and a file written there would never be read by the daemon or the
+    library.  Readers (``mokka ctl status``) refuse the same way, so "no
+    overrides" is only ever said of a node that could have some.
     """
     if not path.parent.is_dir():
         raise MokkaError(
             f"{path.parent}: no such directory, expected the node's driver config directory "
             "(is the node agent running with this root?)"
         )
-    with locked(path):
-        current = load_overrides(path) or Overrides(source=str(path))
+
+
+def update_overrides(
+    path: Path,
+    change: Callable[[dict[str, Any]], dict[str, Any] | None],
+    *,
+    root: Path | None = None,
+    store: Callable[[str], None] | None = None,
+) -> Overrides:
+    """Read-modify-write under the lock; ``change`` edits the document or returns a new one.
+
+    The whole result is validated before anything is written (``SpecError``
+    leaves the file as it was).  No update is lost to a concurrent writer.
+    ``root``: the node root the file lies beneath (see the module docstring);
+    ``store`` writes the new text instead of ``write_overrides`` (``mokka ctl``
+    passes ``Host``'s converge, which records the file before creating it).
+
+    A missing config directory is a ``MokkaError`` (``require_config_dir``).
+    """
+    require_config_dir(path)
+    with locked(path, root=root):
+        current = load_overrides(path, root=root) or Overrides(source=str(path))
         doc = current.to_mapping()
         result = change(doc)
         doc = doc if result is None else result
         new = Overrides.from_mapping(doc, source=str(path))
-        write_overrides(path, new)
+        if store is None:
+            write_overrides(path, new)
+        else:
+            store(render(new))
         return new
 
 
-def reset_file(path: Path) -> bool:
+def _lstat_beneath(path: Path, root: Path | None) -> os.stat_result:
+    """``lstat`` of ``path``, reached without following links beneath ``root`` (if given)."""
+    dir_fd, name = open_parent(path, root)
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def _unlink_beneath(path: Path, root: Path | None) -> bool:
+    """Remove the entry at ``path`` (a link itself, never its target); ``False`` if absent."""
+    try:
+        dir_fd, name = open_parent(path, root)
+    except FileNotFoundError:
+        return False
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def reset_file(path: Path, *, root: Path | None = None) -> bool:
     """Remove the runtime content (the file and its lock file); ``True`` if there was a file.
 
     The daemon calls this at start: a pod restart resets runtime state, as a
     driver reload resets a real GPU's.  A missing directory is fine (nothing
-    to reset yet).
+    to reset yet).  ``root``: the node root the file lies beneath; no link
+    on the way is followed (a directory swapped for one is an ``OSError``).
+    A lock held for longer than ``RESET_LOCK_TIMEOUT`` is not waited for.
     """
     if not path.parent.is_dir():
         return False
-    with locked(path):
-        try:
-            path.unlink()
-            removed = True
-        except FileNotFoundError:
-            removed = False
+    lpath = lock_path(path)
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(_lstat_beneath(lpath, root).st_mode):
+            # Not a lock Mokka made (a planted symlink, say): it goes, unfollowed,
+            # like any runtime state, and a real lock file takes its place.
+            _unlink_beneath(lpath, root)
+    with locked(path, timeout=RESET_LOCK_TIMEOUT, root=root):
+        removed = _unlink_beneath(path, root)
         # unlink the lock while holding it: waiters notice and re-open (see ``locked``)
-        with contextlib.suppress(FileNotFoundError):
-            lock_path(path).unlink()
+        _unlink_beneath(lpath, root)
     if removed:
         logger.info("reset runtime overrides %s", path)
     return removed

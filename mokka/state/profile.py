@@ -38,9 +38,10 @@ import attrs
 
 from mokka.errors import SpecError
 from mokka.state import checks
-from mokka.state.checks import Problems, load_yaml, sub
+from mokka.state.checks import Problems, sub
 from mokka.state.device_checks import (
     FABRIC_STATES,
+    check_dynamics,
     check_fabric,
     check_failure,
     check_xid_list,
@@ -53,6 +54,7 @@ from mokka.state.profile_blocks import (
     parse_nvlink,
     parse_roots,
 )
+from mokka.state.reader import load_yaml, read_input
 
 #: Built-in profiles shipped in ``mokka/state/profiles``.  A name is matched
 #: before any path: ``--profile h100`` is the built-in even if the working
@@ -273,7 +275,8 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
         value = checks.as_int(p, f"system.{key}", sys_map[key], lo=0)
         given = major if key.endswith("major") else minor
         if value is not None and given is not None and value != given and cuda is not None:
-            p.add(f"system.{key}", f"{value} contradicts cuda_version {cuda!r}")
+            p.add(f"system.{key}",
+                  f"{checks.found(value)} contradicts cuda_version {checks.found(cuda)}")
         if key.endswith("major"):
             major = value if value is not None else major
         else:
@@ -445,6 +448,9 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
         checks.as_str(p, sub(path, "serial"), serial)
     if cfg.get("minor_number") is not None:
         checks.as_int(p, sub(path, "minor_number"), cfg["minor_number"], lo=0, hi=MAX_GPU_MINOR)
+    if cfg.get("board_id") is not None:
+        # nvmlDeviceGetBoardId's unsigned int, reported as the profile writes it
+        checks.as_int(p, sub(path, "board_id"), cfg["board_id"], lo=0, hi=0xFFFFFFFF)
     if cfg.get("grace_cpu_pair") is not None:
         checks.as_int(p, sub(path, "grace_cpu_pair"), cfg["grace_cpu_pair"], lo=0)
     for key in ("name", "brand", "architecture"):
@@ -480,6 +486,8 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
         check_failure(p, sub(path, "failure"), cfg["failure"])
     if cfg.get("xids") is not None:
         check_xid_list(p, sub(path, "xids"), cfg["xids"])
+    if cfg.get("dynamics") is not None:
+        check_dynamics(p, sub(path, "dynamics"), cfg["dynamics"])
 
 
 # ---- loading -------------------------------------------------------------
@@ -503,19 +511,19 @@ def read_profile_text(name_or_path: str | Path) -> tuple[str, str]:
         resource = importlib.resources.files("mokka.state") / "profiles" / f"{name}.yaml"
         return f"{name}.yaml", resource.read_text(encoding="utf-8")
     path = Path(name_or_path)
-    try:
-        return str(path), path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    # Bounded and refusing (a FIFO, /dev/zero, a huge file): ``mokka.state.reader``.
+    # Symlinks are followed: the profile is an operator's path, often a ConfigMap volume.
+    text = read_input(path, "the profile", optional=True)
+    if text is None:
         raise SpecError(
             f"{path}: no such profile file, expected a readable YAML file or one of the "
             f"built-in profiles {', '.join(BUILTIN_PROFILES)}"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read the profile: {exc}") from None
+        )
+    return str(path), text
 
 
 def parse_profile(text: str, *, source: str, name: str | None = None) -> Profile:
-    """Parse (no base-60 numbers, see ``checks.load_yaml``) and validate a profile's text."""
+    """Parse (bounded, no base-60 numbers: ``reader.load_yaml``) and validate a profile's text."""
     return Profile.from_mapping(load_yaml(text, source), source=source, name=name)
 
 

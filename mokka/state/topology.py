@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from mokka.state import checks
-from mokka.state.checks import Problems, load_yaml, read_optional, sub
+from mokka.state.checks import Problems, sub
 from mokka.state.model import Clique, Domain, Topology
+from mokka.state.reader import load_yaml, read_input
 
 DOCUMENT_KEYS = ("version", "domains")
 #: Inside the chart's ``topology:`` wrapper; its ``version`` is optional there
@@ -171,5 +172,5 @@ def load_topology(path: Path) -> Topology | None:
     Absent is normal: a node outside any ComputeDomain has no document, and
     the file source notices when one appears.
     """
-    text = read_optional(path, "topology document")
+    text = read_input(path, "the topology document", optional=True)
     return None if text is None else parse_topology(text, source=str(path))

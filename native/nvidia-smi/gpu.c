@@ -90,35 +90,53 @@ int smi_select(const char *ids, unsigned *indices, unsigned capacity)
     unsigned count = 0;
     if (nvmlDeviceGetCount(&count) != NVML_SUCCESS)
         return -1;
+    if (count > capacity)
+        count = capacity;
     if (ids == NULL) {
-        unsigned n = count < capacity ? count : capacity;
-        for (unsigned i = 0; i < n; i++)
+        for (unsigned i = 0; i < count; i++)
             indices[i] = i;
-        return (int)n;
+        return (int)count;
     }
-    char list[1024];
-    if (strlen(ids) >= sizeof list) {
+    /* Like the real tool: each GPU once, in NVML order, whatever the order
+     * or repetition of the ids; ids that match nothing are passed over, and
+     * only a list that matches no GPU at all is an error. */
+    char *list = strdup(ids); /* any length, as the real tool takes */
+    int *chosen = calloc(count ? count : 1, sizeof *chosen);
+    if (list == NULL || chosen == NULL) {
+        free(list);
+        free(chosen);
+        return -1;
+    }
+    for (char *save = NULL, *id = strtok_r(list, ",", &save); id != NULL;
+         id = strtok_r(NULL, ",", &save))
+        for (unsigned i = 0; i < count; i++)
+            if (!chosen[i] && matches(id, i)) {
+                chosen[i] = 1;
+                break;
+            }
+    unsigned n = 0;
+    for (unsigned i = 0; i < count; i++)
+        if (chosen[i])
+            indices[n++] = i;
+    free(list);
+    free(chosen);
+    if (n == 0) {
         printf("No devices were found\n");
         return -1;
     }
-    strcpy(list, ids);
-    unsigned n = 0;
-    for (char *save = NULL, *id = strtok_r(list, ",", &save); id != NULL;
-         id = strtok_r(NULL, ",", &save)) {
-        int found = 0;
-        for (unsigned i = 0; i < count && n < capacity; i++) {
-            if (matches(id, i)) {
-                indices[n++] = i;
-                found = 1;
-                break;
-            }
-        }
-        if (!found) {
-            printf("No devices were found\n");
-            return -1;
-        }
-    }
     return (int)n;
+}
+
+nvmlReturn_t smi_pstate_result(const struct gpu *g)
+{
+    if (g->r_pstate == NVML_SUCCESS && g->pstate == NVML_PSTATE_UNKNOWN)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return g->r_pstate;
+}
+
+const char *smi_failure(nvmlReturn_t r)
+{
+    return r == NVML_ERROR_NOT_SUPPORTED ? "N/A" : nvmlErrorString(r);
 }
 
 const char *smi_enabled(nvmlEnableState_t state)

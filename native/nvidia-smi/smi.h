@@ -21,6 +21,7 @@
 /* Exit codes of the real tool. */
 #define SMI_EXIT_USAGE 2
 #define SMI_EXIT_BAD_OPTION 255
+#define SMI_EXIT_NOT_FOUND 6 /* "No devices were found" */
 
 /* One GPU's values.  Each r_* holds the NVML result that produced the
  * fields after it, so a formatter can print N/A for what failed. */
@@ -64,9 +65,15 @@ struct gpu {
 nvmlReturn_t smi_load_gpu(unsigned index, struct gpu *gpu);
 
 /* The GPUs selected by -i (comma-separated indices, UUIDs or bus ids; NULL
- * for all), in NVML order.  Returns the count, or -1 after printing an
- * error about an id that matches no GPU. */
+ * for all), each once, in NVML order.  Returns the count, or -1 (after
+ * printing "No devices were found" when no id matched a GPU). */
 int smi_select(const char *ids, unsigned *indices, unsigned capacity);
+
+/* The result behind the P-state: an unknown state is not shown (N/A). */
+nvmlReturn_t smi_pstate_result(const struct gpu *g);
+/* What a view prints for a value NVML did not give: "N/A" when the GPU
+ * lacks it (NOT_SUPPORTED), else NVML's error ("GPU is lost"). */
+const char *smi_failure(nvmlReturn_t r);
 
 /* Helpers shared by the formatters. */
 const char *smi_enabled(nvmlEnableState_t state);

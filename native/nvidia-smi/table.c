@@ -11,57 +11,71 @@
 #define RULE "+-----------------------------------------+----------------------+----------------------+"
 #define WIDE_RULE "+---------------------------------------------------------------------------------------+"
 
+/* A cell's text: the value when `r` succeeded, "N/A" when the GPU lacks
+ * it, and "ERR!" for any other failure (a lost GPU), as the real table. */
+static int failed(nvmlReturn_t r)
+{
+    return r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED;
+}
+
+static const char *cell(nvmlReturn_t r, const char *value)
+{
+    return r == NVML_SUCCESS ? value : failed(r) ? "ERR!" : "N/A";
+}
+
+/* The real table moves an "ERR!" one column left of where the value it
+ * replaces would stand (persistence, Disp.A, fan, perf), so the rows below
+ * use a second format for that case. */
 static void row_one(const struct gpu *g)
 {
-    char persistence[8] = "N/A", disp[8] = "N/A", ecc[24] = "N/A";
-    if (g->r_persistence == NVML_SUCCESS)
-        snprintf(persistence, sizeof persistence, "%s",
-                 g->persistence == NVML_FEATURE_ENABLED ? "On" : "Off");
-    if (g->r_display_active == NVML_SUCCESS)
-        snprintf(disp, sizeof disp, "%s",
-                 g->display_active == NVML_FEATURE_ENABLED ? "On" : "Off");
-    if (g->r_ecc == NVML_SUCCESS && g->ecc_current == NVML_FEATURE_ENABLED &&
-        g->r_ecc_errors == NVML_SUCCESS)
-        snprintf(ecc, sizeof ecc, "%llu", g->ecc_uncorrected);
-    else if (g->r_ecc == NVML_SUCCESS)
-        snprintf(ecc, sizeof ecc, "Off");
-    printf("| %3u  %-28.28s %4s  | %-16s %3s | %20s |\n", g->index, g->name, persistence,
-           g->pci.busId, disp, ecc);
+    const char *persistence =
+        cell(g->r_persistence, g->persistence == NVML_FEATURE_ENABLED ? "On" : "Off");
+    const char *disp =
+        cell(g->r_display_active, g->display_active == NVML_FEATURE_ENABLED ? "On" : "Off");
+    char errors[24];
+    const char *ecc;
+    if (g->r_ecc == NVML_SUCCESS && g->ecc_current == NVML_FEATURE_ENABLED) {
+        snprintf(errors, sizeof errors, "%llu", g->ecc_uncorrected);
+        ecc = cell(g->r_ecc_errors, errors);
+    } else {
+        ecc = cell(g->r_ecc, "Off");
+    }
+    printf("| %3u  %-28.28s ", g->index, g->name);
+    printf(failed(g->r_persistence) ? " %4s |" : "%4s  |", persistence);
+    printf(failed(g->r_display_active) ? " %-16s%4s |" : " %-16s %3s |", g->pci.busId, disp);
+    printf(" %20s |\n", ecc);
 }
 
 static void row_two(const struct gpu *g)
 {
-    char fan[16] = "N/A", temp[16] = "N/A", perf[16] = "N/A", power[48], memory[48], util[16] = "N/A";
-    char draw[16] = "N/A", cap[16] = "N/A";
-    if (g->r_fan == NVML_SUCCESS)
-        snprintf(fan, sizeof fan, "%u%%", g->fan);
-    if (g->r_temp == NVML_SUCCESS)
-        snprintf(temp, sizeof temp, "%uC", g->temp);
-    if (g->r_pstate == NVML_SUCCESS && g->pstate != NVML_PSTATE_UNKNOWN)
-        snprintf(perf, sizeof perf, "P%d", (int)g->pstate);
-    if (g->r_power == NVML_SUCCESS)
-        snprintf(draw, sizeof draw, "%uW", g->power_mw / 1000);
-    if (g->r_limit == NVML_SUCCESS)
-        snprintf(cap, sizeof cap, "%uW", g->limit_mw / 1000);
-    snprintf(power, sizeof power, "%s / %s", draw, cap);
-    if (g->r_memory == NVML_SUCCESS)
+    char fan[16], temp[16], perf[16], draw[16], cap[16], power[48], memory[48], util[16];
+    snprintf(fan, sizeof fan, "%u%%", g->fan);
+    snprintf(temp, sizeof temp, "%uC", g->temp);
+    snprintf(perf, sizeof perf, "P%d", (int)g->pstate);
+    snprintf(draw, sizeof draw, "%uW", g->power_mw / 1000);
+    snprintf(cap, sizeof cap, "%uW", g->limit_mw / 1000);
+    snprintf(power, sizeof power, "%s / %s", cell(g->r_power, draw), cell(g->r_limit, cap));
+    snprintf(util, sizeof util, "%u%%", g->util.gpu);
+    nvmlReturn_t r_perf = smi_pstate_result(g);
+    printf(failed(g->r_fan) ? "|%4s" : "| %3s", cell(g->r_fan, fan));
+    printf(" %5s", cell(g->r_temp, temp));
+    printf(failed(r_perf) ? " %4s%25s |" : "    %-2s%24s |", cell(r_perf, perf), power);
+    if (g->r_memory == NVML_SUCCESS) {
         snprintf(memory, sizeof memory, "%lluMiB / %lluMiB", g->memory.used >> 20,
                  g->memory.total >> 20);
-    else
-        snprintf(memory, sizeof memory, "N/A");
-    if (g->r_util == NVML_SUCCESS)
-        snprintf(util, sizeof util, "%u%%", g->util.gpu);
-    const char *mode = g->r_compute_mode == NVML_SUCCESS ? smi_compute_mode(g->compute_mode)
-                                                         : "N/A";
-    printf("| %3s %5s    %-2s%24s | %20s |%8s%13s |\n", fan, temp, perf, power, memory, util,
-           mode);
+        printf(" %20s |", memory);
+    } else {
+        /* The memory cell spells the error out, left-aligned. */
+        printf(failed(g->r_memory) ? " %-20s |" : " %20s |", smi_failure(g->r_memory));
+    }
+    const char *mode = cell(g->r_compute_mode, smi_compute_mode(g->compute_mode));
+    printf("%8s%13s |\n", cell(g->r_util, util), mode);
 }
 
 static void row_three(const struct gpu *g)
 {
-    const char *mig = "N/A";
-    if (g->r_mig == NVML_SUCCESS)
-        mig = g->mig_current == NVML_DEVICE_MIG_ENABLE ? "Enabled" : "Disabled";
+    const char *mig = cell(g->r_mig, g->mig_current == NVML_DEVICE_MIG_ENABLE ? "Enabled"
+                                                                               : "Disabled");
     printf("| %39s | %20s | %20s |\n", "", "", mig);
 }
 

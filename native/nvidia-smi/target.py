@@ -14,11 +14,10 @@ which is cheap and keeps each target self-contained when run alone).
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
-from native.toolchain import compile_into
+from native.toolchain import compile_into, load_target
 
 HERE = Path(__file__).resolve().parent
 BINARY = "nvidia-smi"
@@ -27,20 +26,10 @@ SOURCES = ("main.c", "gpu.c", "table.c", "query.c", "report.c")
 CFLAGS = ("-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror")
 
 
-def _nvml_target():
-    path = HERE.parent / "nvml" / "target.py"
-    spec = importlib.util.spec_from_file_location("native_nvml_target_for_smi", path)
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def build(out_dir: Path, cc: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    nvml = _nvml_target()
+    nvml = load_target("nvml")
     if not (out_dir / NVML_LIBRARY).is_file():
         nvml.build(out_dir, cc)
     header = nvml._exports().find_header()

@@ -22,7 +22,7 @@ nvmlReturn_t mock_begin(struct mock_call *call, nvmlDevice_t device, enum mock_g
         mock_end(call);
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    if (guard == MOCK_GUARDED) {
+    if (guard == MOCK_GUARDED && mock_failure_armed(call->cfg, call->pos)) {
         nvmlReturn_t r = mock_failure_check(call->cfg, call->pos);
         if (r != NVML_SUCCESS) {
             mock_end(call);

@@ -12,6 +12,7 @@
  * Getters answer through the call helpers of call.c; the enums' words are
  * tables here, looked up by mock_enum_field.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,82 @@ MOCK_API nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInfor
     return r;
 }
 
+/* The node's boot time (seconds since the epoch, `btime` of /proc/stat):
+ * the driver loads at boot, and the black box's flush is timed from there.
+ * Read once per process; 0 when /proc/stat has no boot time. */
+static unsigned long long g_boot_time;
+static pthread_once_t g_boot_time_once = PTHREAD_ONCE_INIT;
+
+static void read_boot_time(void)
+{
+    FILE *f = fopen("/proc/stat", "re");
+    if (f == NULL)
+        return;
+    char line[256];
+    unsigned long long btime;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "btime %llu", &btime) == 1) {
+            g_boot_time = btime;
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* The InfoROM black box (BBX) is flushed once after the driver loads, so
+ * real boards report the same instant, hours old, until the next boot (H100
+ * and GB200 captures: a few minutes apart per GPU, tens of milliseconds
+ * long).  The profile says when, after boot (`inforom.bbx_flush_after_boot_ms`),
+ * and how long (`inforom.bbx_flush_duration_us`); a board whose driver
+ * answers N/A (A100, B200 captures) has neither: NOT_SUPPORTED.  Before that
+ * instant the flush has not happened yet: NOT_READY, as NVML documents.  The
+ * timestamp is in microseconds since the epoch, as nvidia-smi prints it. */
+struct bbx_flush {
+    unsigned long long timestamp_us;
+    unsigned long duration_us;
+    int ready;
+};
+
+static int read_bbx_flush(const struct mock_config *cfg, unsigned pos, void *out)
+{
+    struct bbx_flush *flush = out;
+    unsigned long long after_boot_ms, duration_us;
+    if (!mock_dev_u64(cfg, pos, "inforom.bbx_flush_after_boot_ms", &after_boot_ms) ||
+        !mock_dev_u64(cfg, pos, "inforom.bbx_flush_duration_us", &duration_us))
+        return 0;
+    if (after_boot_ms > 0xFFFFFFFFULL || duration_us > 0xFFFFFFFFULL) {
+        mock_debug("LastBBXFlushTime: device %u: inforom.bbx_flush_* out of range", pos);
+        return 0;
+    }
+    pthread_once(&g_boot_time_once, read_boot_time);
+    if (g_boot_time == 0) {
+        mock_debug("LastBBXFlushTime: /proc/stat has no boot time");
+        return 0;
+    }
+    unsigned long long at_ms = g_boot_time * 1000ULL + after_boot_ms;
+    flush->ready = mock_reading_time() * 1000.0 >= (double)at_ms;
+    flush->timestamp_us = at_ms * 1000ULL;
+    flush->duration_us = (unsigned long)duration_us;
+    return 1;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device,
+                                                    unsigned long long *timestamp,
+                                                    unsigned long *durationUs)
+{
+    if (timestamp == NULL || durationUs == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct bbx_flush flush;
+    nvmlReturn_t r = mock_read(device, read_bbx_flush, &flush);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!flush.ready)
+        return NVML_ERROR_NOT_READY;
+    *timestamp = flush.timestamp_us;
+    *durationUs = flush.duration_us;
+    return NVML_SUCCESS;
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
 {
     /* NVIDIA documents the buffer as NVML_GSP_FIRMWARE_VERSION_BUF_SIZE (0x40). */
@@ -439,8 +516,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device,
 {
     static const struct mock_enum_name modes[] = {
         {"all_on", NVML_GOM_ALL_ON}, {"compute", NVML_GOM_COMPUTE}, {"low_dp", NVML_GOM_LOW_DP}};
-    if (current == NULL || pending == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
+    /* NVIDIA's order: the handle and the board's support come first, and
+     * either output may be NULL (nvidia-smi asks for one mode at a time,
+     * passing NULL for the other); only both NULL is an invalid call. */
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
@@ -450,12 +528,16 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device,
     if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.current"), modes,
                           MOCK_COUNT(modes), &cur)) {
         r = NVML_ERROR_NOT_SUPPORTED;
+    } else if (current == NULL && pending == NULL) {
+        r = NVML_ERROR_INVALID_ARGUMENT;
     } else {
         if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.pending"), modes,
                               MOCK_COUNT(modes), &pend))
             pend = cur;
-        *current = (nvmlGpuOperationMode_t)cur;
-        *pending = (nvmlGpuOperationMode_t)pend;
+        if (current != NULL)
+            *current = (nvmlGpuOperationMode_t)cur;
+        if (pending != NULL)
+            *pending = (nvmlGpuOperationMode_t)pend;
     }
     mock_end(&c);
     return r;

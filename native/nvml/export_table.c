@@ -9,8 +9,22 @@
  * is too small prints "Uninitialized" for the fields behind the missing
  * slots.  The smallest table that satisfies every guard nvidia-smi 535
  * evaluates is MOCK_EXPORT_TABLE_BYTES (tests/test_nvidia_smi_real.py proves
- * it by building one slot smaller).  Only slot 23 is filled: `topo -m` uses
- * it to ask the PCI path between two bus ids.
+ * it by building one slot smaller).  Slot 23 is the PCI path between two bus
+ * ids (`topo -m`); slots 226, 231, 240, 242 and 243 are the board facts `-q`
+ * reads only here (atomic caps, GPU part number, T.Limit temperature,
+ * addressing mode, sparse operation mode); slots 213 to 215 the
+ * processes (the process table); slots 72, 138 and 145 what `dmon` and
+ * `pmon` need beyond the public getters (whether a GPU can be monitored,
+ * the thermal violation time, per-process engine use).  Each answers from
+ * the same profile field or public getter as that fact's public call, so
+ * the two never differ; any other slot stays NULL (nvidia-smi prints N/A).
+ *
+ * How the slots were found: a throw-away build filled every NULL slot of a
+ * larger table with a function that logs its slot number and arguments,
+ * the real binary ran each command against it, and gdb/objdump at the
+ * call sites showed the argument types and what the caller does with the
+ * result.  Slot 26 is nvidia-smi's debug log hook and slot 81 a label for
+ * a GPU index (NULL: nvidia-smi prints the index), both left empty.
  */
 #include <pthread.h>
 #include <string.h>
@@ -25,6 +39,17 @@
 #endif
 #define EXPORT_TABLE_SLOTS (MOCK_EXPORT_TABLE_BYTES / sizeof(void *))
 #define SLOT_TOPOLOGY_LEVEL 23
+#define SLOT_MONITORING_SUPPORTED 72
+#define SLOT_THERMAL_VIOLATION 138
+#define SLOT_PROCESS_ENGINE_SAMPLES 145
+#define SLOT_PCIE_ATOMIC_CAPS 226
+#define SLOT_GPU_PART_NUMBER 231
+#define SLOT_TLIMIT_TEMPERATURE 240
+#define SLOT_ADDRESSING_MODE 242
+#define SLOT_SPARSE_OPERATION_MODE 243
+#define SLOT_COMPUTE_PROCESSES 213
+#define SLOT_GRAPHICS_PROCESSES 214
+#define SLOT_MPS_PROCESSES 215
 
 /* The GUID nvidia-smi passes: 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4, in
  * the byte order of a Windows-style GUID struct (first three groups
@@ -61,14 +86,229 @@ static int topology_level(const char *bus_a, const char *bus_b, unsigned int *le
     return NVML_SUCCESS;
 }
 
+/* Slot 72: (device, &supported), asked for every GPU by `dmon` and `pmon`
+ * before they sample anything.  A failed call makes both print "Not
+ * supported on the device(s)"; supported = 0 leaves that GPU out (and none
+ * left prints the same).  Every simulated board is one the monitors
+ * support; a lost GPU fails the call, as a real one does.  The samples
+ * themselves come from the public getters (power, temperatures,
+ * utilization, clocks, processes). */
+static int monitoring_supported(nvmlDevice_t device, unsigned int *supported)
+{
+    return mock_constant_uint(device, MOCK_GUARDED, 1, supported);
+}
+
+/* Slot 138: (device, &violation), the time the thermal policy has held the
+ * clocks down, as an nvmlViolationTime_t: `dmon -s v` prints tviol 1 for a
+ * sample in which violationTime grew (or the GPU is at its slowdown
+ * temperature), else 0; a failed call prints "-".  It is
+ * nvmlDeviceGetViolationStatus's thermal figure. */
+static int thermal_violation(nvmlDevice_t device, nvmlViolationTime_t *violation)
+{
+    return nvmlDeviceGetViolationStatus(device, NVML_PERF_POLICY_THERMAL, violation);
+}
+
+/* Slot 145: (device, lastSeenTimeStamp, &unknown, &count, records), the
+ * per-process SM, memory, encoder and decoder use `pmon` prints.  *count
+ * is the room in (nvidia-smi passes 100), the records written out;
+ * NVML_ERROR_NOT_FOUND (nothing since lastSeen) and NOT_SUPPORTED are
+ * accepted, any other error fails pmon.  A record is 328 bytes: a time
+ * stamp, then one 80-byte block per engine in the order sm, mem, enc, dec,
+ * each starting with the utilization and, 8 bytes further, the pid
+ * (0xFFFFFFFF: no process on that engine).  nvidia-smi adds each block's
+ * utilization to its pid's total divided by *count, the number of records
+ * (records are samples in time).  The mock writes one record per process,
+ * from the public nvmlDeviceGetProcessUtilization, with each value times
+ * the record count: the averages pmon prints are then exactly the public
+ * getter's per-process figures. */
+enum { SMI_ENGINES = 4, SMI_NO_PID = 0xFFFFFFFFu, SMI_MAX_RECORDS = 256 };
+struct smi_engine_sample {
+    unsigned util;
+    unsigned reserved0;
+    unsigned pid;
+    unsigned char reserved[68];
+};
+struct smi_process_sample {
+    unsigned long long timestamp;
+    struct smi_engine_sample engine[SMI_ENGINES]; /* sm, mem, enc, dec */
+};
+_Static_assert(sizeof(struct smi_process_sample) == 328, "nvidia-smi 535's pmon record");
+
+static int process_engine_samples(nvmlDevice_t device, unsigned long long last_seen,
+                                  unsigned int *unknown, unsigned int *count,
+                                  struct smi_process_sample *records)
+{
+    (void)unknown; /* an output nvidia-smi 535 never reads */
+    if (count == NULL || records == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlProcessUtilizationSample_t samples[SMI_MAX_RECORDS];
+    unsigned n = *count < SMI_MAX_RECORDS ? *count : SMI_MAX_RECORDS;
+    nvmlReturn_t r = nvmlDeviceGetProcessUtilization(device, samples, &n, last_seen);
+    if (r == NVML_ERROR_NOT_FOUND)
+        *count = 0;
+    if (r != NVML_SUCCESS)
+        return r;
+    for (unsigned i = 0; i < n; i++) {
+        const unsigned util[SMI_ENGINES] = {samples[i].smUtil, samples[i].memUtil,
+                                            samples[i].encUtil, samples[i].decUtil};
+        memset(&records[i], 0, sizeof records[i]);
+        records[i].timestamp = samples[i].timeStamp;
+        for (unsigned e = 0; e < SMI_ENGINES; e++) {
+            records[i].engine[e].util = util[e] * n;
+            records[i].engine[e].pid = samples[i].pid;
+        }
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+/* Slot 226: (device, caps[2]) -> caps[0] outbound, caps[1] inbound, as
+ * NVML_PCIE_ATOMICS_CAP_* bits (0 prints N/A for that direction). */
+static int read_atomic_caps(const struct mock_config *cfg, unsigned pos, void *out)
+{
+    unsigned *caps = out, outbound = 0, inbound = 0;
+    int found = mock_dev_uint(cfg, pos, "pcie.atomics_outbound_mask", &outbound);
+    found |= mock_dev_uint(cfg, pos, "pcie.atomics_inbound_mask", &inbound);
+    if (found) {
+        caps[0] = outbound;
+        caps[1] = inbound;
+    }
+    return found;
+}
+
+static int pcie_atomic_caps(nvmlDevice_t device, unsigned int *caps)
+{
+    if (caps == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return mock_read(device, read_atomic_caps, caps);
+}
+
+/* Slot 231: (device, buffer, length), the string nvmlDeviceGetBoardPartNumber's
+ * sibling would return. */
+static int gpu_part_number(nvmlDevice_t device, char *buf, unsigned int length)
+{
+    return mock_string_field(device, MOCK_GUARDED, "gpu_part_number", buf, length);
+}
+
+/* Slot 240: (device, &celsius), nvmlDeviceGetMarginTemperature's value. */
+static int tlimit_temperature(nvmlDevice_t device, int *celsius)
+{
+    if (celsius == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlMarginTemperature_t margin = {.version = nvmlMarginTemperature_v1};
+    nvmlReturn_t r = nvmlDeviceGetMarginTemperature(device, &margin);
+    if (r == NVML_SUCCESS)
+        *celsius = margin.marginTemperature;
+    return r;
+}
+
+/* Slot 242: (device, &mode), NVML_DEVICE_ADDRESSING_MODE_* as
+ * nvmlDeviceGetAddressingMode reports it. */
+static int addressing_mode(nvmlDevice_t device, unsigned int *mode)
+{
+    if (mode == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDeviceAddressingMode_t info = {.version = nvmlDeviceAddressingMode_v1};
+    nvmlReturn_t r = nvmlDeviceGetAddressingMode(device, &info);
+    if (r == NVML_SUCCESS)
+        *mode = info.value;
+    return r;
+}
+
+/* Slot 243: (device, &enabled), the profile's sparse_operation_mode. */
+static int sparse_operation_mode(nvmlDevice_t device, unsigned int *enabled)
+{
+    static const struct mock_enum_name modes[] = {{"disabled", 0}, {"enabled", 1}};
+    if (enabled == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return mock_enum_field(device, MOCK_GUARDED, "sparse_operation_mode", modes,
+                           MOCK_COUNT(modes), MOCK_ENUM_REQUIRED, enabled);
+}
+
+/* Slots 213, 214 and 215: (device, &count, records), the compute, the
+ * graphics and the MPS processes (the process table, --query-compute-apps, -q -d PIDS);
+ * *count is the caller's room in, the process count out.  nvidia-smi 535
+ * reads records of 4128 bytes (the second one's pid at offset 4128):
+ * nvmlProcessDetail_v1_t's fields, then the process name (4096 bytes, the
+ * table and -q print it; --query-compute-apps asks nvmlSystemGetProcessName
+ * instead).  The list is the public _v3 getter's and the name the public
+ * lookup's, so the views never differ. */
+struct smi_process {
+    nvmlProcessDetail_v1_t detail;
+    char name[4096];
+};
+_Static_assert(sizeof(struct smi_process) == 4128, "nvidia-smi 535's process record");
+
+typedef nvmlReturn_t (*process_getter)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+
+static int smi_processes(process_getter get, nvmlDevice_t device, unsigned int *count,
+                         struct smi_process *records)
+{
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlProcessInfo_t infos[256];
+    unsigned n = records == NULL ? 0 : *count;
+    if (n > MOCK_COUNT(infos))
+        n = MOCK_COUNT(infos);
+    nvmlReturn_t r = get(device, &n, n ? infos : NULL);
+    if (r == NVML_SUCCESS) {
+        for (unsigned i = 0; i < n; i++) {
+            memset(&records[i], 0, sizeof records[i]);
+            records[i].detail.pid = infos[i].pid;
+            records[i].detail.usedGpuMemory = infos[i].usedGpuMemory;
+            records[i].detail.gpuInstanceId = infos[i].gpuInstanceId;
+            records[i].detail.computeInstanceId = infos[i].computeInstanceId;
+            nvmlSystemGetProcessName(infos[i].pid, records[i].name, sizeof records[i].name);
+        }
+    }
+    if (r == NVML_SUCCESS || r == NVML_ERROR_INSUFFICIENT_SIZE)
+        *count = n;
+    return r;
+}
+
+static int compute_processes(nvmlDevice_t device, unsigned int *count,
+                             struct smi_process *records)
+{
+    return smi_processes(nvmlDeviceGetComputeRunningProcesses_v3, device, count, records);
+}
+
+static int graphics_processes(nvmlDevice_t device, unsigned int *count,
+                              struct smi_process *records)
+{
+    return smi_processes(nvmlDeviceGetGraphicsRunningProcesses_v3, device, count, records);
+}
+
+static int mps_processes(nvmlDevice_t device, unsigned int *count, struct smi_process *records)
+{
+    return smi_processes(nvmlDeviceGetMPSComputeRunningProcesses_v3, device, count, records);
+}
+
 _Static_assert(EXPORT_TABLE_SLOTS > SLOT_TOPOLOGY_LEVEL, "export table too small for slot 23");
 static const void *g_table[EXPORT_TABLE_SLOTS];
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
+
+/* A slot past a smaller table (the size proof builds one) is left out. */
+static void set_slot(unsigned slot, const void *fn)
+{
+    if (slot < EXPORT_TABLE_SLOTS)
+        g_table[slot] = fn;
+}
 
 static void build_table(void)
 {
     g_table[0] = (const void *)(uintptr_t)MOCK_EXPORT_TABLE_BYTES;
     g_table[SLOT_TOPOLOGY_LEVEL] = (const void *)(uintptr_t)&topology_level;
+    set_slot(SLOT_MONITORING_SUPPORTED, (const void *)(uintptr_t)&monitoring_supported);
+    set_slot(SLOT_THERMAL_VIOLATION, (const void *)(uintptr_t)&thermal_violation);
+    set_slot(SLOT_PROCESS_ENGINE_SAMPLES, (const void *)(uintptr_t)&process_engine_samples);
+    set_slot(SLOT_PCIE_ATOMIC_CAPS, (const void *)(uintptr_t)&pcie_atomic_caps);
+    set_slot(SLOT_GPU_PART_NUMBER, (const void *)(uintptr_t)&gpu_part_number);
+    set_slot(SLOT_TLIMIT_TEMPERATURE, (const void *)(uintptr_t)&tlimit_temperature);
+    set_slot(SLOT_ADDRESSING_MODE, (const void *)(uintptr_t)&addressing_mode);
+    set_slot(SLOT_SPARSE_OPERATION_MODE, (const void *)(uintptr_t)&sparse_operation_mode);
+    set_slot(SLOT_COMPUTE_PROCESSES, (const void *)(uintptr_t)&compute_processes);
+    set_slot(SLOT_GRAPHICS_PROCESSES, (const void *)(uintptr_t)&graphics_processes);
+    set_slot(SLOT_MPS_PROCESSES, (const void *)(uintptr_t)&mps_processes);
 }
 
 MOCK_API nvmlReturn_t nvmlInternalGetExportTable(const void **ppExportTable,

@@ -91,16 +91,37 @@ def find_header() -> Path:
     )
 
 
-def declared_prototypes(header: Path, cc: str) -> dict[str, Prototype]:
-    """Every function the header declares, parsed from its preprocessed text."""
+def header_statements(header: Path, cc: str) -> list[str]:
+    """The header's top-level C statements (declarations, typedefs), preprocessed
+    the way the library compiles it, whitespace collapsed."""
     text = subprocess.run(
         [cc, "-E", "-P", "-DNVML_NO_UNVERSIONED_FUNC_DEFS", "-x", "c", str(header)],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
+    return list(_top_level_statements(text))
+
+
+def parameters(params: str) -> list[tuple[str, str]]:
+    """``(type, name)`` of each parameter of a prototype's parameter list
+    (NVML's have no function-pointer or array parameters); ``[]`` for ``void``."""
+    if params.strip() in ("", "void"):
+        return []
+    result = []
+    for param in params.split(","):
+        match = re.fullmatch(r"\s*(.*?[\s\*])(\w+)\s*", param)
+        if match is None:
+            raise ValueError(f"cannot parse the parameter {param!r}")
+        ctype = re.sub(r"\s*\*\s*", " *", match.group(1).strip()).replace("* *", "**")
+        result.append((ctype, match.group(2)))
+    return result
+
+
+def declared_prototypes(header: Path, cc: str) -> dict[str, Prototype]:
+    """Every function the header declares, parsed from its preprocessed text."""
     result: dict[str, Prototype] = {}
-    for statement in _top_level_statements(text):
+    for statement in header_statements(header, cc):
         if statement.startswith(("typedef", "extern", "enum", "struct", "union")):
             continue
         match = _DECLARATION.match(statement)

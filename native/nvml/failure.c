@@ -14,99 +14,140 @@
  * lost / fallen_off_bus: guarded calls return NVML_ERROR_GPU_IS_LOST.
  * ecc_uncorrectable: calls still succeed, but every guarded call after the
  * trip adds one uncorrectable (double-bit) ECC error to the counters.
+ *
+ * The spec is read once per snapshot (mock_failure_prepare), so a call on a
+ * healthy device tests one byte (mock_failure_armed).  A call on an armed
+ * one counts and draws with atomics, no lock: only a changed spec takes the
+ * lock, to start the device's state over.  A call racing that restart may
+ * still count under the old spec, which only shifts `after_calls` by the
+ * calls in flight at the moment of the change.
  */
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "mock.h"
 
 struct failure_state {
-    char spec[160];                /* the spec this state was built for */
+    unsigned long long spec;       /* id of the spec this state counts for; 0: none */
     unsigned long long calls;      /* guarded calls seen under this spec */
     unsigned long long ecc_extra;  /* uncorrectable errors added since the trip */
     unsigned long long rng;        /* xorshift64 state for `probability` */
     int tripped;
 };
 
+/* Every field is accessed atomically; the lock only orders restarts. */
 static pthread_mutex_t g_failure_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct failure_state g_failures[MOCK_MAX_DEVICES];
 
-static unsigned long long xorshift64(unsigned long long *state)
+/* FNV-1a over the spec's words: equal text, equal id; never 0. */
+static unsigned long long spec_id(const char *const words[], size_t n)
 {
-    unsigned long long x = *state;
+    unsigned long long h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        for (const char *p = words[i] ? words[i] : ""; *p; p++)
+            h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+        h = (h ^ '|') * 0x100000001b3ULL;
+    }
+    return h ? h : 1;
+}
+
+void mock_failure_prepare(struct mock_config *cfg)
+{
+    for (unsigned pos = 0; pos < cfg->device_count && pos < MOCK_MAX_DEVICES; pos++) {
+        struct mock_failure_spec *f = &cfg->failure[pos];
+        memset(f, 0, sizeof *f);
+        const char *mode = mock_dev_get(cfg, pos, "failure.mode");
+        if (mode == NULL || strcmp(mode, "healthy") == 0)
+            continue;
+        if (strcmp(mode, "lost") == 0 || strcmp(mode, "fallen_off_bus") == 0)
+            f->mode = MOCK_FAILURE_LOST;
+        else if (strcmp(mode, "ecc_uncorrectable") == 0)
+            f->mode = MOCK_FAILURE_ECC;
+        else
+            continue; /* a mode this library does not know has no effect */
+        const char *words[] = {mode, mock_dev_get(cfg, pos, "failure.after_calls"),
+                               mock_dev_get(cfg, pos, "failure.probability"),
+                               mock_dev_get(cfg, pos, "failure.seed")};
+        f->id = spec_id(words, MOCK_COUNT(words));
+        f->has_after = mock_parse_u64(words[1], &f->after);
+        f->has_probability = mock_dev_double(cfg, pos, "failure.probability", &f->probability);
+        mock_parse_u64(words[3], &f->seed);
+    }
+}
+
+static unsigned long long xorshift64(unsigned long long x)
+{
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    *state = x;
     return x;
+}
+
+/* A uniform draw in [0, 1) from the device's generator, lock-free. */
+static double draw(struct failure_state *st)
+{
+    unsigned long long old = __atomic_load_n(&st->rng, __ATOMIC_RELAXED), next;
+    do
+        next = xorshift64(old);
+    while (!__atomic_compare_exchange_n(&st->rng, &old, next, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+    return (double)(next >> 11) / 9007199254740992.0;
+}
+
+/* A spec the device's state was not counting for: start over. */
+static void start_over(struct failure_state *st, const struct mock_failure_spec *f,
+                       unsigned pos)
+{
+    pthread_mutex_lock(&g_failure_lock);
+    if (__atomic_load_n(&st->spec, __ATOMIC_ACQUIRE) != f->id) {
+        /* xorshift must not start at 0; mix the position in so devices
+         * sharing a seed still draw independently. */
+        unsigned long long rng = (f->seed ^ 0x9E3779B97F4A7C15ULL) + pos * 0x100000001B3ULL;
+        __atomic_store_n(&st->rng, rng ? rng : 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&st->calls, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&st->ecc_extra, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&st->tripped, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&st->spec, f->id, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g_failure_lock);
 }
 
 nvmlReturn_t mock_failure_check(const struct mock_config *cfg, unsigned pos)
 {
-    const char *mode = mock_dev_get(cfg, pos, "failure.mode");
-    if (mode == NULL || strcmp(mode, "healthy") == 0 || pos >= MOCK_MAX_DEVICES)
+    if (pos >= MOCK_MAX_DEVICES || !mock_failure_armed(cfg, pos))
         return NVML_SUCCESS;
-    const char *after = mock_dev_get(cfg, pos, "failure.after_calls");
-    const char *probability = mock_dev_get(cfg, pos, "failure.probability");
-    const char *seed = mock_dev_get(cfg, pos, "failure.seed");
-    char spec[sizeof g_failures[0].spec];
-    snprintf(spec, sizeof spec, "%.40s|%.30s|%.30s|%.30s", mode, after ? after : "",
-             probability ? probability : "", seed ? seed : "");
-
-    pthread_mutex_lock(&g_failure_lock);
+    const struct mock_failure_spec *f = &cfg->failure[pos];
     struct failure_state *st = &g_failures[pos];
-    if (strcmp(st->spec, spec) != 0) {
-        memset(st, 0, sizeof *st);
-        strcpy(st->spec, spec);
-        unsigned long long s = 0;
-        mock_parse_u64(seed, &s);
-        /* xorshift must not start at 0; mix the position in so devices
-         * sharing a seed still draw independently. */
-        st->rng = (s ^ 0x9E3779B97F4A7C15ULL) + pos * 0x100000001B3ULL;
-        if (st->rng == 0)
-            st->rng = 1;
+    if (__atomic_load_n(&st->spec, __ATOMIC_ACQUIRE) != f->id)
+        start_over(st, f, pos);
+    if (!__atomic_load_n(&st->tripped, __ATOMIC_ACQUIRE)) {
+        unsigned long long calls = __atomic_add_fetch(&st->calls, 1, __ATOMIC_RELAXED);
+        int trip = !f->has_after && !f->has_probability;
+        if (f->has_after && calls > f->after)
+            trip = 1;
+        if (f->has_probability && draw(st) < f->probability)
+            trip = 1;
+        if (!trip)
+            return NVML_SUCCESS;
+        __atomic_store_n(&st->tripped, 1, __ATOMIC_RELEASE);
     }
-    if (!st->tripped) {
-        st->calls++;
-        unsigned long long n;
-        double p;
-        int has_after = mock_parse_u64(after, &n);
-        int has_probability = mock_dev_double(cfg, pos, "failure.probability", &p);
-        if (!has_after && !has_probability)
-            st->tripped = 1;
-        if (has_after && st->calls > n)
-            st->tripped = 1;
-        if (has_probability) {
-            double draw = (double)(xorshift64(&st->rng) >> 11) / 9007199254740992.0;
-            if (draw < p)
-                st->tripped = 1;
-        }
-    }
-    nvmlReturn_t result = NVML_SUCCESS;
-    if (st->tripped) {
-        if (strcmp(mode, "lost") == 0 || strcmp(mode, "fallen_off_bus") == 0)
-            result = NVML_ERROR_GPU_IS_LOST;
-        else if (strcmp(mode, "ecc_uncorrectable") == 0)
-            st->ecc_extra++;
-    }
-    pthread_mutex_unlock(&g_failure_lock);
-    return result;
+    if (f->mode == MOCK_FAILURE_LOST)
+        return NVML_ERROR_GPU_IS_LOST;
+    __atomic_add_fetch(&st->ecc_extra, 1, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
 }
 
 unsigned long long mock_failure_ecc_extra(unsigned pos)
 {
     if (pos >= MOCK_MAX_DEVICES)
         return 0;
-    pthread_mutex_lock(&g_failure_lock);
-    unsigned long long extra = g_failures[pos].ecc_extra;
-    pthread_mutex_unlock(&g_failure_lock);
-    return extra;
+    return __atomic_load_n(&g_failures[pos].ecc_extra, __ATOMIC_RELAXED);
 }
 
 void mock_failure_cleanup(void)
 {
     pthread_mutex_lock(&g_failure_lock);
-    memset(g_failures, 0, sizeof g_failures);
+    for (unsigned pos = 0; pos < MOCK_MAX_DEVICES; pos++)
+        __atomic_store_n(&g_failures[pos].spec, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_failure_lock);
 }

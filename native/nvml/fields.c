@@ -4,8 +4,9 @@
  * The call itself succeeds and each entry carries its own nvmlReturn.
  * nvidia-smi 535 depends on that: `-q` reads every power limit through
  * fields 187-192 (scope 0 = GPU, 1 = module) and prints whatever the
- * entry holds, so an entry must never be left unwritten.  `topo -m` asks
- * field 147 (links to an NVSwitch) to print NV<n>.
+ * entry holds, so an entry must never be left unwritten.  NVLink fields
+ * (link state 165 for `nvlink -s`, throughput 138-141, field 147 for
+ * `topo -m`'s NV<n>, ...) are nvlink.c's: their scope is a link.
  */
 #include <stdio.h>
 #include <string.h>
@@ -13,19 +14,9 @@
 
 #include "mock.h"
 
-/* Per-link NVLink speed fields: links 0-5, then 6-11. */
-static int nvlink_speed_link(unsigned field)
-{
-    if (field >= NVML_FI_DEV_NVLINK_SPEED_MBPS_L0 && field <= NVML_FI_DEV_NVLINK_SPEED_MBPS_L5)
-        return (int)(field - NVML_FI_DEV_NVLINK_SPEED_MBPS_L0);
-    if (field >= NVML_FI_DEV_NVLINK_SPEED_MBPS_L6 && field <= NVML_FI_DEV_NVLINK_SPEED_MBPS_L11)
-        return (int)(field - NVML_FI_DEV_NVLINK_SPEED_MBPS_L6) + 6;
-    return -1;
-}
-
 /* A 32-bit answer; a value past 32 bits is no answer (NOT_SUPPORTED), as
  * the getter of the same quantity says, rather than its low bits. */
-static void set_uint(nvmlFieldValue_t *v, int found, unsigned long long value)
+void mock_field_uint(nvmlFieldValue_t *v, int found, unsigned long long value)
 {
     found = found && value <= 0xffffffffULL;
     v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
@@ -33,7 +24,7 @@ static void set_uint(nvmlFieldValue_t *v, int found, unsigned long long value)
     v->nvmlReturn = found ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 
-static void set_ull(nvmlFieldValue_t *v, int found, unsigned long long value)
+void mock_field_ull(nvmlFieldValue_t *v, int found, unsigned long long value)
 {
     v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
     v->value.ullVal = value;
@@ -75,7 +66,8 @@ static int ecc_field(unsigned field, nvmlEccCounterType_t *counter, nvmlMemoryEr
     return 0;
 }
 
-/* Power fields in mW; scope 1 (the module) has no separate figures here. */
+/* Power fields in mW, as GPU-scope keys; scope 1 (the module: GB200's
+ * superchip) reads the same names under module_power instead of power. */
 static const char *power_field(unsigned field)
 {
     switch (field) {
@@ -98,29 +90,26 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
     nvmlEccCounterType_t counter;
     nvmlMemoryErrorType_t type;
     const char *where, *power;
-    unsigned links = mock_link_count(cfg, pos);
-    int speed_link = nvlink_speed_link(v->fieldId);
 
     v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
     v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
     v->value.ullVal = 0;
 
     if ((power = power_field(v->fieldId)) != NULL) {
-        found = v->scopeId == 0 && mock_dev_u64(cfg, pos, power, &n);
-        set_uint(v, found, n);
+        char module_key[64];
+        snprintf(module_key, sizeof module_key, "module_%s", power);
+        found = (v->scopeId == NVML_POWER_SCOPE_GPU && mock_dev_u64(cfg, pos, power, &n)) ||
+                (v->scopeId == NVML_POWER_SCOPE_MODULE && mock_dev_u64(cfg, pos, module_key, &n));
+        mock_field_uint(v, found, n);
         return;
     }
     if (ecc_field(v->fieldId, &counter, &type, &where)) {
         found = mock_ecc_count(cfg, pos, type, counter, where, &n);
-        set_ull(v, found, n);
+        mock_field_ull(v, found, n);
         return;
     }
-    if (speed_link >= 0) {
-        found = (unsigned)speed_link < links &&
-                mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
-        set_uint(v, found, n);
+    if (mock_nvlink_field(cfg, pos, v))
         return;
-    }
     switch (v->fieldId) {
     case NVML_FI_DEV_ECC_CURRENT:
     case NVML_FI_DEV_ECC_PENDING:
@@ -128,33 +117,22 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
                               v->fieldId == NVML_FI_DEV_ECC_CURRENT ? "ecc.mode_current"
                                                                      : "ecc.mode_pending",
                               &on);
-        set_uint(v, found, (unsigned)on);
+        mock_field_uint(v, found, (unsigned)on);
         break;
     case NVML_FI_DEV_MEMORY_TEMP:
         found = mock_dev_uint(cfg, pos, "thermal.temperature_memory_c", &u);
-        set_uint(v, found, u);
-        break;
-    case NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
-    case NVML_FI_DEV_NVLINK_GET_SPEED:
-        found = links > 0 && mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
-        set_uint(v, found, n);
-        break;
-    case NVML_FI_DEV_NVLINK_LINK_COUNT:
-        set_uint(v, 1, links);
-        break;
-    case NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT:
-        set_uint(v, 1, mock_nvswitch_link_count(cfg, pos));
+        mock_field_uint(v, found, u);
         break;
     case NVML_FI_DEV_PCIE_REPLAY_COUNTER:
         found = mock_dev_uint(cfg, pos, "pcie.replay_counter", &u);
-        set_uint(v, found, u);
+        mock_field_uint(v, found, u);
         break;
     case NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
-        set_uint(v, 1, 0);
+        mock_field_uint(v, 1, 0);
         break;
     case NVML_FI_DEV_ENERGY:
         found = v->scopeId == 0 && mock_dev_u64(cfg, pos, "power.total_energy_consumption_mj", &n);
-        set_ull(v, found, n);
+        mock_field_ull(v, found, n);
         break;
     case NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT:
     case NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT:
@@ -176,7 +154,7 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
     case NVML_FI_DEV_RESET_STATUS:
     case NVML_FI_DEV_DRAIN_AND_RESET_STATUS:
     case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-        set_uint(v, 1, 0); /* no reset or drain needed */
+        mock_field_uint(v, 1, 0); /* no reset or drain needed */
         break;
     default:
         mock_debug("field value %u (scope %u): not supported by the mock", v->fieldId, v->scopeId);

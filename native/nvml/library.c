@@ -6,14 +6,32 @@
  * the last shutdown.  The engine config is found through MOCK_NVML_CONFIG,
  * else next to the library itself: a library at <driver root>/usr/lib64/
  * reads <driver root>/config/config.yaml, so a process that mounts only the
- * driver root (the DRA kubelet plugin) still finds it.  The file is stat'ed
- * at most once a second; a changed file is parsed into a new snapshot and
- * swapped in, so runtime overrides and injected Xids reach running
- * processes.  A broken rewrite keeps the last good snapshot.
+ * driver root (the DRA kubelet plugin) still finds it.  A broken rewrite
+ * keeps the last good snapshot.
  *
- * All mutable state here is guarded by g_lock; snapshots themselves are
- * immutable and reference counted (atomic), so calls hold the lock only
- * for the pointer copy.
+ * Noticing a change (docs/engine-config.md, "Change notice"): the daemon
+ * bumps an 8-byte counter, `generation` beside the config, after it has
+ * renamed a new config or workload file into place.  The library maps that
+ * file read-only and shared at init, so every call compares the counter
+ * with the value the current snapshot was loaded at: one load, no system
+ * call, and a change is seen by the very next call.  The config is also
+ * stat'ed at most once a second (CLOCK_MONOTONIC_COARSE decides when): that
+ * is all an old daemon without the counter gets, and it is how a counter
+ * file that was replaced (a new stage after a discard) is noticed and
+ * mapped again.
+ *
+ * The hot path takes no lock.  The current snapshot is a pointer read with
+ * an acquire load; what keeps it alive is a reference each thread holds on
+ * the snapshot it last used (a thread-local cache).  A call whose snapshot
+ * is still current touches nothing shared but that pointer; a thread that
+ * meets a newer one takes g_lock once to move its reference over.  So a
+ * reload never frees a snapshot another thread is reading: that thread
+ * still holds it.  The price is bounded: an idle thread keeps the snapshot
+ * it last used (one per thread) until its next call or its exit.  Calls
+ * nested in a call (a getter built on another) keep the outer call's
+ * snapshot, so one NVML call sees one config.
+ *
+ * Everything else mutable here is guarded by g_lock.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,34 +43,71 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "mock.h"
 
-/* How often (at most) the config file is stat'ed for changes. */
+/* How often (at most) the config file is stat'ed for changes, unless
+ * MOCK_NVML_RECHECK_INTERVAL_MS says otherwise (0: at every call). */
 #define RECHECK_INTERVAL_NS 1000000000ULL
+/* The change notice: its name beside the config, and its size. */
+#define NOTICE_FILE "generation"
+#define NOTICE_BYTES 8
+/* Mappings of replaced counter files are never unmapped (a thread may be
+ * reading one); past this many the once-a-second schedule carries on alone. */
+#define NOTICE_MAX_MAPPINGS 16
 
-struct file_stamp {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime;
-    struct timespec ctime;
+/* One thread's reference on the snapshot it last used (see above). */
+struct thread_cache {
+    struct mock_config *cfg;    /* holds one reference, or NULL */
+    unsigned depth;             /* mock_acquire calls not yet released */
+    int registered;             /* linked into g_caches, key value set */
+    struct thread_cache *prev, *next;
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned g_init_refs;              /* nvmlInit calls not yet shut down */
-static struct mock_config *g_current;     /* newest good snapshot, or NULL */
+static struct mock_config *g_current;     /* newest good snapshot, or NULL (atomic) */
 static char g_path[PATH_MAX];             /* config file in use */
-static struct file_stamp g_stamp;         /* identity of the file g_current came from */
-static unsigned long long g_last_check;   /* mock_now_ns() of the last stat */
+static struct stat g_stamp;               /* identity of the file g_current came from */
+static unsigned long long g_due_ns;       /* coarse_ns() of the next stat (atomic) */
+static unsigned long long g_recheck_ns = RECHECK_INTERVAL_NS;
+/* How many times the files were looked at (atomic): workload.c looks at
+ * its file when this moved, so a reading needs no clock of its own. */
+static unsigned long long g_checks;
+
+/* The counter g_notice points at: the mapped file, or g_no_notice (0)
+ * without one.  g_loaded_notice is its value when the files were last
+ * read.  Both pointer and value are read by every call (atomic). */
+static const unsigned long long g_no_notice;
+static const unsigned long long *g_notice = &g_no_notice;
+static unsigned long long g_loaded_notice;
+static char g_notice_path[PATH_MAX];
+static dev_t g_notice_dev;                /* identity of the mapped file */
+static ino_t g_notice_ino;
+static unsigned g_notice_mappings;
+
+static __thread struct thread_cache t_cache;
+static struct thread_cache *g_caches;     /* every registered thread's cache */
+static pthread_key_t g_cache_key;         /* runs forget_thread at thread exit */
+static int g_cache_key_made;
 
 unsigned long long mock_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+/* The monotonic clock at the kernel tick's resolution (a few ms): enough
+ * for the stat schedule, at a fraction of the precise clock's cost. */
+static unsigned long long coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
 }
 
@@ -110,74 +165,91 @@ static int locate_config(char *path, size_t size)
     return n > 0 && (size_t)n < size;
 }
 
-static void stamp_of(const struct stat *st, struct file_stamp *stamp)
+/* The stat schedule's interval: MOCK_NVML_RECHECK_INTERVAL_MS, else once a
+ * second.  0 stats at every call (tests of the fallback; a node whose
+ * daemon has no change notice and needs changes seen at once). */
+static unsigned long long recheck_interval_ns(void)
 {
-    stamp->dev = st->st_dev;
-    stamp->ino = st->st_ino;
-    stamp->size = st->st_size;
-    stamp->mtime = st->st_mtim;
-    stamp->ctime = st->st_ctim;
-}
-
-static int same_stamp(const struct file_stamp *a, const struct file_stamp *b)
-{
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
-           a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
-}
-
-/* Reads and parses the config at `path`.  Returns the snapshot or NULL,
- * with *missing set when the file does not exist. */
-static struct mock_config *load_config(const char *path, struct file_stamp *stamp, int *missing)
-{
-    *missing = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        *missing = errno == ENOENT || errno == ENOTDIR;
-        mock_debug("cannot open engine config %s: %s", path, strerror(errno));
-        return NULL;
+    const char *env = getenv("MOCK_NVML_RECHECK_INTERVAL_MS");
+    unsigned long long ms;
+    if (env == NULL || *env == '\0')
+        return RECHECK_INTERVAL_NS;
+    if (!mock_parse_u64(env, &ms) || ms > 86400000ULL) {
+        mock_debug("MOCK_NVML_RECHECK_INTERVAL_MS=%s: expected milliseconds in 0..86400000; "
+                   "using 1000", env);
+        return RECHECK_INTERVAL_NS;
     }
+    return ms * 1000000ULL;
+}
+
+unsigned long long mock_check_count(void)
+{
+    return __atomic_load_n(&g_checks, __ATOMIC_ACQUIRE);
+}
+
+/* The change notice's path: NOTICE_FILE in the config's directory. */
+static void locate_notice(const char *config, char *path, size_t size)
+{
+    const char *slash = strrchr(config, '/');
+    int dirlen = slash == NULL ? 1 : (slash == config ? 1 : (int)(slash - config));
+    int n = snprintf(path, size, "%.*s/%s", dirlen, slash == NULL ? "." : config, NOTICE_FILE);
+    if (n < 0 || (size_t)n >= size)
+        path[0] = '\0';
+}
+
+/* Called with g_lock held: map the counter file when it is there and not
+ * the one already mapped (first sight, or replaced by a new stage).  The
+ * previous mapping stays (a thread may be reading it); the pointer moves. */
+static void track_notice(void)
+{
+    if (g_notice_path[0] == '\0' || g_notice_mappings >= NOTICE_MAX_MAPPINGS)
+        return;
+    int fd = open(g_notice_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return; /* none (an older daemon, or torn down): the stat schedule alone */
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MOCK_MAX_CONFIG_BYTES) {
-        mock_debug("engine config %s is not a regular file of at most %u bytes", path,
-                   MOCK_MAX_CONFIG_BYTES);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < NOTICE_BYTES ||
+        (g_notice != &g_no_notice && st.st_dev == g_notice_dev && st.st_ino == g_notice_ino)) {
         close(fd);
-        return NULL;
+        return;
     }
-    size_t len = (size_t)st.st_size;
-    char *text = malloc(len + 1);
-    if (text == NULL) {
-        close(fd);
-        return NULL;
-    }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, text + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
+    void *map = mmap(NULL, NOTICE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
-    char dir[PATH_MAX];
-    strcpy(dir, path);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
+    if (map == MAP_FAILED) {
+        mock_debug("cannot map change notice %s: %s", g_notice_path, strerror(errno));
+        return;
+    }
+    g_notice_dev = st.st_dev;
+    g_notice_ino = st.st_ino;
+    g_notice_mappings++;
+    __atomic_store_n(&g_notice, (const unsigned long long *)map, __ATOMIC_RELEASE);
+    mock_debug("change notice %s mapped", g_notice_path);
+}
+
+/* The counter as it is now (0 without a change notice).  Read it before
+ * the files it announces (docs/engine-config.md). */
+static unsigned long long notice_now(void)
+{
+    const unsigned long long *notice = __atomic_load_n(&g_notice, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(notice, __ATOMIC_ACQUIRE);
+}
+
+/* Reads and parses the config at `path` (mock_config_load) into a snapshot
+ * ready to serve, or NULL with *missing set when there is no file.  The
+ * stamp is taken first: should the file be replaced in between, the next
+ * check sees a new stamp and reads it again, never the reverse. */
+static struct mock_config *load_config(const char *path, struct stat *stamp, int *missing)
+{
+    if (stat(path, stamp) != 0)
+        memset(stamp, 0, sizeof *stamp);
     char err[512];
-    struct mock_config *cfg = mock_config_parse(text, got, dir, err, sizeof err);
-    free(text);
+    struct mock_config *cfg = mock_config_load(path, missing, err, sizeof err);
     if (cfg == NULL) {
-        mock_debug("invalid engine config %s: %s", path, err);
+        mock_debug("%s engine config %s: %s", *missing ? "no" : "invalid", path, err);
         return NULL;
     }
     mock_compute_visibility(cfg);
-    stamp_of(&st, stamp);
+    mock_failure_prepare(cfg);
     return cfg;
 }
 
@@ -187,28 +259,55 @@ static void drop_ref(struct mock_config *cfg)
         mock_config_free(cfg);
 }
 
-/* Called with g_lock held: swap in a newer config if the file changed. */
-static void maybe_reload(void)
+/* Called with g_lock held: the newest snapshot becomes current, loaded at
+ * counter value `seen`.  The pointer is published before the value, so a
+ * call that reads the value (acquire) and then the pointer never pairs the
+ * new value with the old snapshot. */
+static void publish(struct mock_config *cfg, unsigned long long seen)
 {
-    unsigned long long now = mock_now_ns();
-    if (now - g_last_check < RECHECK_INTERVAL_NS)
+    struct mock_config *old = g_current;
+    __atomic_store_n(&g_current, cfg, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_loaded_notice, seen, __ATOMIC_RELEASE);
+    drop_ref(old); /* threads still using it hold references of their own */
+}
+
+/* Called with g_lock held: re-read what changed, if anything did.  The
+ * counter is read before the files: a bump that lands while they are read
+ * differs from `seen` and brings the next call back here. */
+static void refresh_locked(void)
+{
+    if (g_init_refs == 0 || g_current == NULL)
         return;
-    g_last_check = now;
-    struct stat st;
-    if (stat(g_path, &st) != 0)
-        return; /* a moment between unlink and rename, or removed: keep serving */
-    struct file_stamp stamp;
-    stamp_of(&st, &stamp);
-    if (same_stamp(&stamp, &g_stamp))
+    unsigned long long now = coarse_ns();
+    int scheduled = now >= g_due_ns;
+    if (scheduled) {
+        __atomic_store_n(&g_due_ns, now + g_recheck_ns, __ATOMIC_RELAXED);
+        track_notice();
+    }
+    unsigned long long seen = notice_now();
+    if (!scheduled && seen == g_loaded_notice)
+        return; /* another thread got here first */
+    __atomic_add_fetch(&g_checks, 1, __ATOMIC_RELEASE);
+    struct stat stamp;
+    if (stat(g_path, &stamp) != 0) {
+        /* a moment between unlink and rename, or removed: keep serving */
+        __atomic_store_n(&g_loaded_notice, seen, __ATOMIC_RELEASE);
         return;
+    }
+    if (mock_same_file(&stamp, &g_stamp)) {
+        /* the bump was for the workload file (workload.c follows it) */
+        __atomic_store_n(&g_loaded_notice, seen, __ATOMIC_RELEASE);
+        return;
+    }
     int missing;
     struct mock_config *cfg = load_config(g_path, &stamp, &missing);
     g_stamp = stamp; /* do not re-parse a broken file every second */
-    if (cfg == NULL)
+    if (cfg == NULL) {
+        __atomic_store_n(&g_loaded_notice, seen, __ATOMIC_RELEASE);
         return;
+    }
     mock_debug("engine config %s changed; re-read it (%u devices)", g_path, cfg->device_count);
-    drop_ref(g_current);
-    g_current = cfg;
+    publish(cfg, seen);
 }
 
 static nvmlReturn_t library_init(void)
@@ -224,17 +323,27 @@ static nvmlReturn_t library_init(void)
     if (!locate_config(g_path, sizeof g_path)) {
         result = NVML_ERROR_DRIVER_NOT_LOADED;
     } else {
-        struct file_stamp stamp;
+        g_recheck_ns = recheck_interval_ns();
+        char notice_path[PATH_MAX];
+        locate_notice(g_path, notice_path, sizeof notice_path);
+        if (strcmp(notice_path, g_notice_path) != 0) {
+            /* another config (tests load several): its own counter, if any */
+            strcpy(g_notice_path, notice_path);
+            __atomic_store_n(&g_notice, &g_no_notice, __ATOMIC_RELEASE);
+        }
+        track_notice();
+        unsigned long long seen = notice_now(); /* before the file: see refresh_locked */
+        struct stat stamp;
         struct mock_config *cfg = load_config(g_path, &stamp, &missing);
         if (cfg == NULL) {
             /* Missing config: no driver on this node.  Present but broken: an
              * error the operator should see, distinct from "no GPUs". */
             result = missing ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_ERROR_UNKNOWN;
         } else {
-            drop_ref(g_current);
-            g_current = cfg;
             g_stamp = stamp;
-            g_last_check = mock_now_ns();
+            __atomic_add_fetch(&g_checks, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&g_due_ns, coarse_ns() + g_recheck_ns, __ATOMIC_RELAXED);
+            publish(cfg, seen);
             g_init_refs = 1;
             mock_debug("initialized from %s (%u devices, %u visible)", g_path,
                        cfg->device_count, cfg->visible_count);
@@ -269,31 +378,107 @@ MOCK_API nvmlReturn_t nvmlShutdown(void)
         pthread_mutex_unlock(&g_lock);
         return NVML_ERROR_UNINITIALIZED;
     }
-    if (--g_init_refs == 0) {
-        drop_ref(g_current);
-        g_current = NULL;
-    }
+    if (--g_init_refs == 0)
+        publish(NULL, g_loaded_notice);
     pthread_mutex_unlock(&g_lock);
     return NVML_SUCCESS;
 }
 
-struct mock_config *mock_acquire(void)
+/* Called with g_lock held: unlink a thread's cache and drop its reference. */
+static void forget_cache(struct thread_cache *tc)
+{
+    if (tc->registered) {
+        if (tc->prev != NULL)
+            tc->prev->next = tc->next;
+        else
+            g_caches = tc->next;
+        if (tc->next != NULL)
+            tc->next->prev = tc->prev;
+        tc->prev = tc->next = NULL;
+        tc->registered = 0;
+    }
+    drop_ref(tc->cfg);
+    tc->cfg = NULL;
+}
+
+/* A thread's exit: its reference goes with it. */
+static void forget_thread(void *value)
 {
     pthread_mutex_lock(&g_lock);
-    if (g_init_refs == 0 || g_current == NULL) {
-        pthread_mutex_unlock(&g_lock);
-        return NULL;
-    }
-    maybe_reload();
-    struct mock_config *cfg = g_current;
-    __atomic_add_fetch(&cfg->refs, 1, __ATOMIC_ACQ_REL);
+    forget_cache(value);
     pthread_mutex_unlock(&g_lock);
-    return cfg;
+}
+
+/* Called with g_lock held: the thread's cache is listed (so the library's
+ * unload still reaches it) and dropped at the thread's exit. */
+static void register_cache(struct thread_cache *tc)
+{
+    if (tc->registered)
+        return;
+    if (!g_cache_key_made) {
+        if (pthread_key_create(&g_cache_key, forget_thread) != 0)
+            return; /* no destructor: the reference stays listed until unload */
+        g_cache_key_made = 1;
+    }
+    pthread_setspecific(g_cache_key, tc);
+    tc->registered = 1;
+    tc->prev = NULL;
+    tc->next = g_caches;
+    if (g_caches != NULL)
+        g_caches->prev = tc;
+    g_caches = tc;
+}
+
+/* The slow path of mock_acquire: re-read what changed, then move this
+ * thread's reference to the current snapshot. */
+static struct mock_config *acquire_slow(struct thread_cache *tc, int stale)
+{
+    pthread_mutex_lock(&g_lock);
+    if (stale)
+        refresh_locked();
+    struct mock_config *cur = g_current;
+    if (cur != tc->cfg) {
+        if (cur != NULL)
+            __atomic_add_fetch(&cur->refs, 1, __ATOMIC_ACQ_REL);
+        drop_ref(tc->cfg);
+        tc->cfg = cur;
+        if (cur != NULL)
+            register_cache(tc);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return cur;
+}
+
+struct mock_config *mock_acquire(void)
+{
+    struct thread_cache *tc = &t_cache;
+    if (tc->depth > 0) {
+        /* a call inside a call: the outer call's snapshot */
+        tc->depth++;
+        return tc->cfg;
+    }
+    /* The order matters: the value the snapshot was loaded at, then the
+     * counter, then the snapshot (see publish). */
+    unsigned long long loaded = __atomic_load_n(&g_loaded_notice, __ATOMIC_ACQUIRE);
+    int stale = notice_now() != loaded ||
+                coarse_ns() >= __atomic_load_n(&g_due_ns, __ATOMIC_RELAXED);
+    struct mock_config *cur = __atomic_load_n(&g_current, __ATOMIC_ACQUIRE);
+    if (stale || (cur != tc->cfg && cur != NULL))
+        cur = acquire_slow(tc, stale);
+    if (cur == NULL)
+        return NULL;
+    tc->depth = 1;
+    return cur;
 }
 
 void mock_release(struct mock_config *cfg)
 {
-    drop_ref(cfg);
+    struct thread_cache *tc = &t_cache;
+    if (cfg != NULL && cfg == tc->cfg && tc->depth > 0) {
+        tc->depth--; /* the thread keeps its reference for its next call */
+        return;
+    }
+    drop_ref(cfg); /* a workload snapshot */
 }
 
 nvmlReturn_t mock_require_init(void)
@@ -307,13 +492,21 @@ nvmlReturn_t mock_require_init(void)
 }
 
 /* Frees process-wide state when the library is unloaded, so leak checkers
- * see a clean exit even when a client never calls nvmlShutdown. */
+ * see a clean exit even when a client never calls nvmlShutdown.  The
+ * unloading thread is in no call, so its cache goes too; other threads'
+ * stay listed (a thread still running may be mid-call). */
 __attribute__((destructor)) static void library_cleanup(void)
 {
     pthread_mutex_lock(&g_lock);
-    drop_ref(g_current);
-    g_current = NULL;
+    publish(NULL, g_loaded_notice);
     g_init_refs = 0;
+    if (t_cache.depth == 0)
+        forget_cache(&t_cache);
+    if (g_cache_key_made) {
+        /* the destructor's code may be unmapped before other threads exit */
+        pthread_key_delete(g_cache_key);
+        g_cache_key_made = 0;
+    }
     pthread_mutex_unlock(&g_lock);
     mock_events_cleanup();
     mock_failure_cleanup();

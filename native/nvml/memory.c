@@ -422,6 +422,25 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, enum process_kind kin
         }
         found++;
     }
+    /* Each container holding the GPU is one compute process (workload.c). */
+    struct mock_config *wl = kind == PROCESS_COMPUTE ? mock_workload_acquire(c.cfg) : NULL;
+    struct mock_process held;
+    for (unsigned i = 0; wl != NULL && mock_workload_process(c.cfg, wl, c.pos, i, &held); i++) {
+        if (want_output && found < *infoCount) {
+            if (v1 != NULL) {
+                v1[found].pid = held.pid;
+                v1[found].usedGpuMemory = held.used_bytes;
+            } else {
+                v2[found].pid = held.pid;
+                v2[found].usedGpuMemory = held.used_bytes;
+                v2[found].gpuInstanceId = 0xFFFFFFFFu;
+                v2[found].computeInstanceId = 0xFFFFFFFFu;
+            }
+        }
+        found++;
+    }
+    if (wl != NULL)
+        mock_release(wl);
     if (found > *infoCount || (!want_output && found > 0))
         r = NVML_ERROR_INSUFFICIENT_SIZE;
     *infoCount = found;

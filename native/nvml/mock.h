@@ -5,24 +5,35 @@
  * daemon compiles (docs/engine-config.md).  The pieces:
  *
  *   config.c      parse the engine config into an immutable snapshot
- *   library.c     init/shutdown reference count, the current snapshot,
- *                 change detection and re-reading, error strings
+ *   library.c     init/shutdown reference count, the current snapshot
+ *                 (served without a lock), the change notice, change
+ *                 detection and re-reading, error strings
  *   call.c        one call on a device (begin/end) and the typed getters
  *                 built on it, so each NVML getter names only its field
  *   devices.c     device handles, visibility, identity and modes
  *   failure.c     per-process failure injection (lost GPUs, ECC storms)
  *   pci.c         PCI identity, link state, topology and affinity
  *   memory.c      frame buffer, BAR1, ECC, retired pages, processes
- *   power.c       power, temperature, fans, clocks, utilization
- *   nvlink.c      NVLink state, fabric info, addressing mode
+ *   power.c       power, temperature, thermal sensors, fans, clocks,
+ *                 violation status, utilization
+ *   nvlink.c      NVLink state, traffic and errors, fabric info, addressing mode
+ *   meters.c      quantities integrated over time (NVLink traffic, throttled time)
+ *   samples.c     sample buffers (nvmlDeviceGetSamples), per-process utilization
+ *   gpm.c         GPU performance monitoring (Hopper and later)
  *   fields.c      nvmlDeviceGetFieldValues
+ *   workload.c    the workload file: which GPUs pods hold, as processes
+ *   dynamics.c    the readings that move (utilization, memory used, power,
+ *                 temperature, clocks, clocks event reasons), derived in
+ *                 one place from overrides, patterns, holders and the profile
  *   events.c      event sets and Xid delivery
  *   export_table.c  nvmlInternalGetExportTable for nvidia-smi
  *   system.c      system-level queries (versions, process names, units)
  *   stubs.c       generated: every other function NVIDIA's header declares
  *
  * Snapshots are immutable and reference counted, so a call works on one
- * consistent config even while another thread swaps in a newer one.
+ * consistent config even while another thread swaps in a newer one; the
+ * library notices a new config through the change notice (library.c) and
+ * serves the current one without a lock.
  */
 #ifndef MOCK_NVML_MOCK_H
 #define MOCK_NVML_MOCK_H
@@ -57,8 +68,31 @@ struct mock_entry {
     const char *value; /* unquoted, NUL-terminated */
 };
 
+/* A device's failure spec, read once per snapshot (failure.c). */
+enum mock_failure_mode {
+    MOCK_FAILURE_NONE = 0, /* healthy, or a mode this library does not know */
+    MOCK_FAILURE_LOST,     /* lost, fallen_off_bus */
+    MOCK_FAILURE_ECC,      /* ecc_uncorrectable */
+};
+struct mock_failure_spec {
+    unsigned char mode;          /* enum mock_failure_mode */
+    unsigned char has_after, has_probability;
+    unsigned long long after, seed;
+    double probability;
+    unsigned long long id;       /* identifies the spec's text: a changed spec starts over */
+};
+
+/* One slot of the device-field hash table: entry index + 1 (0: empty) and
+ * the hash's high bits, so a probe compares strings only on a likely hit. */
+struct mock_slot {
+    unsigned index;
+    unsigned tag;
+};
+
 struct mock_config {
-    int refs;                    /* atomic; the library's current pointer holds one */
+    /* atomic; the library's current pointer holds one, and so does each
+     * thread that last used this snapshot (library.c) */
+    int refs;
     char *text;                  /* owned copy of the file, split in place */
     struct mock_entry *entries;  /* sorted by key, unique keys */
     size_t count;
@@ -68,6 +102,17 @@ struct mock_config {
     unsigned visible_count;
     unsigned visible[MOCK_MAX_DEVICES];  /* ordinal -> position */
     int ordinal[MOCK_MAX_DEVICES];       /* position -> ordinal, -1 if hidden */
+    /* Where each device's keys are in `entries` (config.c), and a hash
+     * table over them by (position, field): a device lookup hashes the
+     * field alone, with no key to format and no search. */
+    unsigned dev_first[MOCK_MAX_DEVICES], dev_keys[MOCK_MAX_DEVICES];
+    unsigned char dev_prefix[MOCK_MAX_DEVICES]; /* strlen("device.<pos>.") */
+    struct mock_slot *slots;     /* a power of two of them; NULL: search the runs */
+    size_t slot_mask;
+    /* Each device's reading inputs, resolved on first use (dynamics.c). */
+    struct mock_board *boards[MOCK_MAX_DEVICES];
+    /* Each device's failure spec (engine configs; zero: none). */
+    struct mock_failure_spec failure[MOCK_MAX_DEVICES];
 };
 
 /* Parses `len` bytes of config text.  On error returns NULL and writes a
@@ -92,6 +137,19 @@ int mock_dev_int(const struct mock_config *cfg, unsigned pos, const char *field,
 int mock_dev_bool(const struct mock_config *cfg, unsigned pos, const char *field, int *out);
 int mock_dev_double(const struct mock_config *cfg, unsigned pos, const char *field,
                     double *out);
+int mock_parse_double(const char *value, double *out);
+/* The raw profile value of a device field, with no reading derived from it
+ * (typed lookups of a moving quantity answer mock_reading's value). */
+int mock_dev_raw_u64(const struct mock_config *cfg, unsigned pos, const char *field,
+                     unsigned long long *out);
+/* Reads a whole file of at most MOCK_MAX_CONFIG_BYTES and parses it (the
+ * engine config's format).  NULL with *missing set when there is no file,
+ * NULL with a reason in err when it is damaged. */
+struct mock_config *mock_config_load(const char *path, int *missing, char *err, size_t errlen);
+/* Whether two stats are of the same, unchanged file (device, inode, size,
+ * mtime, ctime): how the config and workload files are watched. */
+struct stat;
+int mock_same_file(const struct stat *a, const struct stat *b);
 /* The length of a list, spelled `<list>.count` plus `<list>.<i>...` items:
  * 1 and *out when the count parses, cut to the entries the file has under
  * the items' prefix.  Every item has at least one key, so a larger count is
@@ -125,7 +183,12 @@ nvmlReturn_t mock_copy_out(const char *value, char *buf, unsigned int length);
 
 /* ----------------------------------------------------------- library.c */
 
-struct mock_config *mock_acquire(void);  /* NULL when not initialized */
+/* The current snapshot, NULL when not initialized.  No lock and no
+ * reference count on the way: the calling thread's own reference keeps it
+ * alive until its next call (library.c).  Release it with mock_release, on
+ * the same thread; a call made inside a call gets the outer call's. */
+struct mock_config *mock_acquire(void);
+/* Ends mock_acquire's use, or drops a reference (a workload snapshot). */
 void mock_release(struct mock_config *cfg);
 /* NVML_SUCCESS when initialized, else UNINITIALIZED: for calls that answer
  * a constant but must still fail before nvmlInit, as NVIDIA's do. */
@@ -133,6 +196,10 @@ nvmlReturn_t mock_require_init(void);
 void mock_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Monotonic clock in nanoseconds. */
 unsigned long long mock_now_ns(void);
+/* How many times the library has looked at its files for a change (the
+ * change notice moved, or the stat schedule came due): workload.c looks at
+ * its own file when this moves.  Read inside a call, after mock_acquire. */
+unsigned long long mock_check_count(void);
 
 /* ----------------------------------------------------------- devices.c */
 
@@ -225,6 +292,14 @@ int mock_find_bus_id(const struct mock_config *cfg, const char *bus_id, unsigned
 
 /* ----------------------------------------------------------- failure.c */
 
+/* Reads every device's failure spec into a fresh engine snapshot. */
+void mock_failure_prepare(struct mock_config *cfg);
+/* Whether the device has a failure spec at all: the one test a guarded
+ * call on a healthy device pays. */
+static inline int mock_failure_armed(const struct mock_config *cfg, unsigned pos)
+{
+    return cfg->failure[pos].mode != MOCK_FAILURE_NONE;
+}
 /* Applies the device's failure spec to one guarded call. */
 nvmlReturn_t mock_failure_check(const struct mock_config *cfg, unsigned pos);
 /* Extra uncorrectable ECC errors accumulated by `ecc_uncorrectable`. */
@@ -240,11 +315,118 @@ int mock_ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorT
 
 /* -------------------------------------------------------------- pci.c */
 
+/* nvmlPciInfo_t as NVIDIA's headers declared it before the 68-byte layout
+ * (pciSubSystemId arrived in NVML 2.285, busIdLegacy/busId[32] with
+ * nvmlDeviceGetPciInfo_v3): the record nvmlDeviceGetPciInfo and _v2 fill.
+ * A caller built against those headers passes 52 bytes, so nothing past
+ * them may be written; busId here holds what busIdLegacy holds now. */
+typedef struct {
+    char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    unsigned int reserved[4];
+} mock_pci_info_v2_t;
+_Static_assert(sizeof(mock_pci_info_v2_t) == 52, "the pre-v3 nvmlPciInfo_t is 52 bytes");
+_Static_assert(offsetof(mock_pci_info_v2_t, domain) == offsetof(nvmlPciInfo_t, domain),
+               "the pre-v3 record shares its leading fields with nvmlPciInfo_t");
+
 nvmlGpuTopologyLevel_t mock_topology_level(const struct mock_config *cfg, unsigned a,
                                            unsigned b);
 /* NVML's packed PCI id of a device: device id high, vendor id low
  * (0x233010DE); 0 parts for ids the profile lacks. */
 unsigned mock_pci_device_id(const struct mock_config *cfg, unsigned pos);
+
+/* ------------------------------------------------------------ meters.c */
+
+/* Quantities a process integrates over time (see meters.c). */
+enum mock_meter {
+    MOCK_METER_NVLINK_KIB,        /* per link and direction */
+    MOCK_METER_VIOLATION_POWER,   /* ns throttled, per nvmlPerfPolicyType_t */
+    MOCK_METER_VIOLATION_THERMAL,
+    MOCK_METER_VIOLATION_SYNC_BOOST,
+    MOCK_METER_VIOLATION_BOARD_LIMIT,
+    MOCK_METER_VIOLATION_LOW_UTILIZATION,
+    MOCK_METER_VIOLATION_RELIABILITY,
+    MOCK_METER_VIOLATION_TOTAL_APP_CLOCKS,
+    MOCK_METER_VIOLATION_TOTAL_BASE_CLOCKS,
+    MOCK_METER_COUNT
+};
+/* Adds rate x the time since the previous read (or since the library was
+ * loaded) to the device's meter and returns its total; `at` (optional)
+ * receives the mock_now_ns() the total is for. */
+double mock_meter_read(enum mock_meter meter, unsigned pos, double rate_per_second,
+                       unsigned long long *at);
+
+/* ---------------------------------------------------------- workload.c */
+
+/* Who holds the GPUs (the workload file beside the engine config), as an
+ * immutable snapshot; NULL when no file (every GPU idle).  Release with
+ * mock_release. */
+struct mock_config *mock_workload_acquire(const struct mock_config *cfg);
+/* Containers holding device `pos`, and the per-holder shares. */
+unsigned mock_workload_holders(const struct mock_config *wl, unsigned pos);
+/* The same for the readings' hot path: resolved once per workload file. */
+struct mock_load {
+    unsigned holders;
+    double memory_share; /* of the memory, per holder */
+    double utilization;  /* percent, per holder */
+};
+void mock_workload_load(const struct mock_config *cfg, unsigned pos, struct mock_load *out);
+double mock_workload_memory_share(const struct mock_config *wl);
+double mock_workload_utilization(const struct mock_config *wl);
+/* One holding container as a compute process. */
+struct mock_process {
+    unsigned pid;
+    const char *name; /* points into the workload snapshot */
+    unsigned long long used_bytes;
+};
+/* The i-th holder of device `pos` (0 when there is none). */
+int mock_workload_process(const struct mock_config *cfg, const struct mock_config *wl,
+                          unsigned pos, unsigned i, struct mock_process *out);
+/* The name of a holder's PID on any device, NVML style (truncated). */
+int mock_workload_process_name(const struct mock_config *cfg, unsigned pid, char *name,
+                               unsigned length);
+
+/* ---------------------------------------------------------- dynamics.c */
+
+struct mock_board;
+void mock_board_free(struct mock_board *board);
+
+/* The effective readings of one device at one instant. */
+struct mock_readings {
+    int active;                /* 0: nothing moves, every reading is the profile's */
+    unsigned util_gpu, util_memory;
+    unsigned long long memory_used;
+    unsigned power_mw;
+    int temperature_c;
+    int has_tlimit;
+    long long tlimit_c;         /* T.Limit: the margin to the slowdown point */
+    unsigned sm_clock_mhz;
+    unsigned long long reasons; /* nvmlClocksEventReason* bits */
+    unsigned long long pinned_reasons; /* the reasons an override set */
+    unsigned holders;
+};
+/* The clocks event reasons readings set (the others are the profile's). */
+#define MOCK_READING_REASONS                                                          \
+    (nvmlClocksEventReasonGpuIdle | nvmlClocksEventReasonSwPowerCap |                 \
+     nvmlClocksThrottleReasonHwSlowdown | nvmlClocksEventReasonSwThermalSlowdown |    \
+     nvmlClocksThrottleReasonHwThermalSlowdown)
+/* Seconds since the epoch the readings are for: CLOCK_REALTIME, shared by
+ * every process, or MOCK_NVML_CLOCK_OVERRIDE (tests pin it). */
+double mock_reading_time(void);
+/* `t` for mock_readings_at: the current mock_reading_time(), read only when
+ * the device is active. */
+#define MOCK_READING_NOW (-1.0)
+void mock_readings_at(const struct mock_config *cfg, unsigned pos, double t,
+                      struct mock_readings *out);
+/* A moving quantity's effective value, by its profile field name: 1 and
+ * *out when `field` is one (utilization.gpu, power.current_draw_mw, ...)
+ * and the device is active, else 0 (the caller reads the profile). */
+int mock_reading_field(const struct mock_config *cfg, unsigned pos, const char *field,
+                       long long *out);
 
 /* ----------------------------------------------------------- events.c */
 
@@ -255,5 +437,20 @@ void mock_events_cleanup(void);
 /* Number of the device's links whose far end is an NVSwitch. */
 unsigned mock_nvswitch_link_count(const struct mock_config *cfg, unsigned pos);
 unsigned mock_link_count(const struct mock_config *cfg, unsigned pos);
+/* KiB each link of the device has carried per direction (it grows with
+ * `utilization.gpu`) as of *at (optional, mock_now_ns() time), and the
+ * errors injected on one link. */
+unsigned long long mock_nvlink_data_kib(const struct mock_config *cfg, unsigned pos,
+                                        unsigned long long *at);
+unsigned long long mock_nvlink_errors(const struct mock_config *cfg, unsigned pos, unsigned link);
+/* Fills an NVLink field value (scopeId = link); 0 when `v` is no NVLink field. */
+int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v);
+
+/* ------------------------------------------------------------ fields.c */
+
+/* Stores a field value's answer: NOT_SUPPORTED unless `found`; a 32-bit
+ * answer past 32 bits is no answer either. */
+void mock_field_uint(nvmlFieldValue_t *v, int found, unsigned long long value);
+void mock_field_ull(nvmlFieldValue_t *v, int found, unsigned long long value);
 
 #endif

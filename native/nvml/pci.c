@@ -30,8 +30,8 @@ unsigned mock_pci_device_id(const struct mock_config *cfg, unsigned pos)
     return packed_id(cfg, pos, "pci.vendor_id", "pci.device_id");
 }
 
-/* Fills the PCI fields every nvmlPciInfo_t version shares. */
-static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci, int full)
+/* Fills a whole current (68-byte) nvmlPciInfo_t, which the caller zeroed. */
+static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci)
 {
     mock_dev_uint(cfg, pos, "pci.domain", &pci->domain);
     mock_dev_uint(cfg, pos, "pci.bus", &pci->bus);
@@ -41,42 +41,66 @@ static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t 
         packed_id(cfg, pos, "pci.subsystem_vendor_id", "pci.subsystem_device_id");
     const char *legacy = mock_dev_get(cfg, pos, "pci.bus_id_legacy");
     snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", legacy ? legacy : "");
-    if (full) {
-        const char *bus_id = mock_dev_get(cfg, pos, "pci.bus_id");
-        snprintf(pci->busId, sizeof pci->busId, "%s", bus_id ? bus_id : "");
-    }
+    const char *bus_id = mock_dev_get(cfg, pos, "pci.bus_id");
+    snprintf(pci->busId, sizeof pci->busId, "%s", bus_id ? bus_id : "");
 }
 
-/* The PCI info of a device; `full` 0 for the v1 record, which ended
- * after pciSubSystemId plus 16 reserved bytes, so the 32-byte busId must
- * not be written in full. */
-static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci, int full)
+/* The PCI info of a device into a local current record: every version
+ * is copied out of it, so each entry point writes exactly its own size. */
+static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
-    if (pci == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
     if (r != NVML_SUCCESS)
         return r;
-    memset(pci, 0, full ? sizeof *pci : offsetof(nvmlPciInfo_t, busId));
-    fill_pci(c.cfg, c.pos, pci, full);
+    memset(pci, 0, sizeof *pci);
+    fill_pci(c.cfg, c.pos, pci);
     mock_end(&c);
     return r;
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
-    return pci_info(device, pci, 1);
+    if (pci == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlPciInfo_t full;
+    nvmlReturn_t r = pci_info(device, &full);
+    if (r == NVML_SUCCESS)
+        *pci = full;
+    return r;
+}
+
+/* The pre-v3 entry points fill the 52-byte record (mock_pci_info_v2_t);
+ * the header still declares them with today's type, so the parameter is
+ * only an address. */
+static nvmlReturn_t pci_info_v2(nvmlDevice_t device, void *out)
+{
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlPciInfo_t full;
+    nvmlReturn_t r = pci_info(device, &full);
+    if (r != NVML_SUCCESS)
+        return r;
+    mock_pci_info_v2_t old;
+    memset(&old, 0, sizeof old);
+    memcpy(old.busId, full.busIdLegacy, sizeof old.busId);
+    old.domain = full.domain;
+    old.bus = full.bus;
+    old.device = full.device;
+    old.pciDeviceId = full.pciDeviceId;
+    old.pciSubSystemId = full.pciSubSystemId;
+    memcpy(out, &old, sizeof old);
+    return r;
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
-    return nvmlDeviceGetPciInfo_v3(device, pci);
+    return pci_info_v2(device, pci);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
-    return pci_info(device, pci, 0);
+    return pci_info_v2(device, pci);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
@@ -85,13 +109,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoEx
         return NVML_ERROR_INVALID_ARGUMENT;
     if (pci->version != nvmlPciInfoExt_v1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
+    nvmlPciInfo_t base;
+    nvmlReturn_t r = pci_info(device, &base);
     if (r != NVML_SUCCESS)
         return r;
-    nvmlPciInfo_t base;
-    memset(&base, 0, sizeof base);
-    fill_pci(c.cfg, c.pos, &base, 1);
     pci->domain = base.domain;
     pci->bus = base.bus;
     pci->device = base.device;
@@ -100,7 +121,6 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoEx
     pci->baseClass = 0x03; /* display controller */
     pci->subClass = 0x02;  /* 3D controller */
     memcpy(pci->busId, base.busId, sizeof pci->busId);
-    mock_end(&c);
     return r;
 }
 
@@ -110,10 +130,21 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device,
     return mock_uint_field(device, MOCK_GUARDED, "pcie.max_link_gen", maxLinkGen);
 }
 
+/* The GPU's own top generation: pcie.max_device_link_gen where the board
+ * outruns its host link (GB200: a Gen 6 GPU on a Gen 5 Grace root port),
+ * else the link's pcie.max_link_gen. */
+static int read_device_max_gen(const struct mock_config *cfg, unsigned pos, void *out)
+{
+    return mock_dev_uint(cfg, pos, "pcie.max_device_link_gen", out) ||
+           mock_dev_uint(cfg, pos, "pcie.max_link_gen", out);
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device,
                                                             unsigned int *maxLinkGenDevice)
 {
-    return mock_uint_field(device, MOCK_GUARDED, "pcie.max_link_gen", maxLinkGenDevice);
+    if (maxLinkGenDevice == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return mock_read(device, read_device_max_gen, maxLinkGenDevice);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device,

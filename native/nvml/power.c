@@ -8,6 +8,8 @@
  * NOT_SUPPORTED, which nvidia-smi prints as N/A.
  */
 #include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
 
 #include "mock.h"
 
@@ -133,22 +135,80 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTempera
                           &temperature->temperature);
 }
 
+/* The profile's key for each temperature threshold NVML names. */
+static const char *const THRESHOLD_FIELDS[NVML_TEMPERATURE_THRESHOLD_COUNT] = {
+    [NVML_TEMPERATURE_THRESHOLD_SHUTDOWN] = "thermal.shutdown_threshold_c",
+    [NVML_TEMPERATURE_THRESHOLD_SLOWDOWN] = "thermal.slowdown_threshold_c",
+    [NVML_TEMPERATURE_THRESHOLD_MEM_MAX] = "thermal.max_memory_operating_c",
+    [NVML_TEMPERATURE_THRESHOLD_GPU_MAX] = "thermal.max_operating_c",
+    [NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN] = "thermal.acoustic_min_c",
+    /* The acoustic target nvidia-smi prints as "GPU Target Temperature". */
+    [NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR] = "thermal.target_temperature_c",
+    [NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MAX] = "thermal.acoustic_max_c",
+    [NVML_TEMPERATURE_THRESHOLD_GPS_CURR] = "thermal.gps_current_c",
+};
+
 MOCK_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
                                                         nvmlTemperatureThresholds_t thresholdType,
                                                         unsigned int *temp)
 {
-    switch (thresholdType) {
-    case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN:
-        return mock_uint_field(device, MOCK_GUARDED, "thermal.shutdown_threshold_c", temp);
-    case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
-        return mock_uint_field(device, MOCK_GUARDED, "thermal.slowdown_threshold_c", temp);
-    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
-        return mock_uint_field(device, MOCK_GUARDED, "thermal.max_memory_operating_c", temp);
-    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX:
-        return mock_uint_field(device, MOCK_GUARDED, "thermal.max_operating_c", temp);
-    default:
-        return mock_uint_field(device, MOCK_GUARDED, "thermal.unsupported_threshold", temp);
+    if ((unsigned)thresholdType >= MOCK_COUNT(THRESHOLD_FIELDS))
+        return NVML_ERROR_INVALID_ARGUMENT; /* no such threshold */
+    return mock_uint_field(device, MOCK_GUARDED, THRESHOLD_FIELDS[thresholdType], temp);
+}
+
+/* One more sensor of the board: reading TEMP, its limit the profile's LIMIT_FIELD (0 without). */
+static void add_sensor(nvmlGpuThermalSettings_t *all, const struct mock_config *cfg, unsigned pos,
+                       int temp, const char *limit_field, nvmlThermalTarget_t target)
+{
+    int max = 0;
+    mock_dev_int(cfg, pos, limit_field, &max);
+    all->sensor[all->count].controller = NVML_THERMAL_CONTROLLER_GPU_INTERNAL;
+    all->sensor[all->count].defaultMinTemp = 0;
+    all->sensor[all->count].defaultMaxTemp = max;
+    all->sensor[all->count].currentTemp = temp;
+    all->sensor[all->count].target = target;
+    all->count++;
+}
+
+/* The board's thermal sensors: the GPU's own, and the memory's where the
+ * profile reports a memory temperature.  Limits are the shutdown and the
+ * memory's maximum operating temperature. */
+static int thermal_sensors(const struct mock_config *cfg, unsigned pos, void *out)
+{
+    nvmlGpuThermalSettings_t all;
+    int temp;
+    memset(&all, 0, sizeof all);
+    if (!mock_dev_int(cfg, pos, "thermal.temperature_gpu_c", &temp))
+        return 0;
+    add_sensor(&all, cfg, pos, temp, "thermal.shutdown_threshold_c", NVML_THERMAL_TARGET_GPU);
+    if (mock_dev_int(cfg, pos, "thermal.temperature_memory_c", &temp))
+        add_sensor(&all, cfg, pos, temp, "thermal.max_memory_operating_c",
+                   NVML_THERMAL_TARGET_MEMORY);
+    memcpy(out, &all, sizeof all);
+    return 1;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetThermalSettings(nvmlDevice_t device, unsigned int sensorIndex,
+                                                   nvmlGpuThermalSettings_t *pThermalSettings)
+{
+    if (pThermalSettings == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpuThermalSettings_t all;
+    nvmlReturn_t r = mock_read(device, thermal_sensors, &all);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (sensorIndex == NVML_THERMAL_TARGET_ALL) {
+        *pThermalSettings = all;
+    } else if (sensorIndex < all.count) {
+        /* One sensor, alone in the record. */
+        memset(pThermalSettings, 0, sizeof *pThermalSettings);
+        pThermalSettings->count = 1;
+        pThermalSettings->sensor[0] = all.sensor[sensorIndex];
+    } else {
+        return NVML_ERROR_INVALID_ARGUMENT;
     }
+    return NVML_SUCCESS;
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device,
@@ -207,40 +267,36 @@ MOCK_API nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *s
 
 /* ------------------------------------------------------------------ clocks */
 
-/* clocks.<kind>_<suffix>, kind from the clock type. */
-static const char *clock_kind(nvmlClockType_t type)
-{
-    switch (type) {
-    case NVML_CLOCK_GRAPHICS: return "graphics";
-    case NVML_CLOCK_SM: return "sm";
-    case NVML_CLOCK_MEM: return "memory";
-    case NVML_CLOCK_VIDEO: return "video";
-    default: return NULL;
-    }
-}
+/* Which figure of a clock: clocks.<kind>_<which> in the profile. */
+enum clock_which { CLOCK_CURRENT, CLOCK_MAX, CLOCK_APP, CLOCK_APP_DEFAULT, CLOCK_WHICH_COUNT };
 
-static nvmlReturn_t clock_value(nvmlDevice_t device, nvmlClockType_t type, const char *suffix,
-                                unsigned int *clock)
+/* Every key spelled out (kind from the clock type, then which figure), so
+ * a call formats none.  SM and graphics share one clock domain on these
+ * boards: an SM figure the profile lacks is the graphics one. */
+static const char *const CLOCK_FIELDS[][CLOCK_WHICH_COUNT] = {
+    [NVML_CLOCK_GRAPHICS] = {"clocks.graphics_current", "clocks.graphics_max",
+                             "clocks.graphics_app", "clocks.graphics_app_default"},
+    [NVML_CLOCK_SM] = {"clocks.sm_current", "clocks.sm_max", "clocks.sm_app",
+                       "clocks.sm_app_default"},
+    [NVML_CLOCK_MEM] = {"clocks.memory_current", "clocks.memory_max", "clocks.memory_app",
+                        "clocks.memory_app_default"},
+    [NVML_CLOCK_VIDEO] = {"clocks.video_current", "clocks.video_max", "clocks.video_app",
+                          "clocks.video_app_default"},
+};
+
+static nvmlReturn_t clock_value(nvmlDevice_t device, nvmlClockType_t type,
+                                enum clock_which which, unsigned int *clock)
 {
-    const char *kind = clock_kind(type);
-    if (kind == NULL || clock == NULL)
+    if ((unsigned)type >= MOCK_COUNT(CLOCK_FIELDS) || clock == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    char field[64];
-    snprintf(field, sizeof field, "clocks.%s_%s", kind, suffix);
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    if (!mock_dev_uint(c.cfg, c.pos, field, clock)) {
-        /* SM and graphics share one clock domain on these boards. */
-        if (type == NVML_CLOCK_SM) {
-            snprintf(field, sizeof field, "clocks.graphics_%s", suffix);
-            if (!mock_dev_uint(c.cfg, c.pos, field, clock))
-                r = NVML_ERROR_NOT_SUPPORTED;
-        } else {
-            r = NVML_ERROR_NOT_SUPPORTED;
-        }
-    }
+    if (!mock_dev_uint(c.cfg, c.pos, CLOCK_FIELDS[type][which], clock) &&
+        (type != NVML_CLOCK_SM ||
+         !mock_dev_uint(c.cfg, c.pos, CLOCK_FIELDS[NVML_CLOCK_GRAPHICS][which], clock)))
+        r = NVML_ERROR_NOT_SUPPORTED;
     mock_end(&c);
     return r;
 }
@@ -248,45 +304,46 @@ static nvmlReturn_t clock_value(nvmlDevice_t device, nvmlClockType_t type, const
 MOCK_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                              unsigned int *clock)
 {
-    return clock_value(device, type, "current", clock);
+    return clock_value(device, type, CLOCK_CURRENT, clock);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                                 unsigned int *clock)
 {
-    return clock_value(device, type, "max", clock);
+    return clock_value(device, type, CLOCK_MAX, clock);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device,
                                                      nvmlClockType_t clockType,
                                                      unsigned int *clockMHz)
 {
-    return clock_value(device, clockType, "app", clockMHz);
+    return clock_value(device, clockType, CLOCK_APP, clockMHz);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device,
                                                             nvmlClockType_t clockType,
                                                             unsigned int *clockMHz)
 {
-    return clock_value(device, clockType, "app_default", clockMHz);
+    return clock_value(device, clockType, CLOCK_APP_DEFAULT, clockMHz);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device,
                                                          nvmlClockType_t clockType,
                                                          unsigned int *clockMHz)
 {
-    return clock_value(device, clockType, "max", clockMHz);
+    return clock_value(device, clockType, CLOCK_MAX, clockMHz);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                          nvmlClockId_t clockId, unsigned int *clockMHz)
 {
     switch (clockId) {
-    case NVML_CLOCK_ID_CURRENT: return clock_value(device, clockType, "current", clockMHz);
-    case NVML_CLOCK_ID_APP_CLOCK_TARGET: return clock_value(device, clockType, "app", clockMHz);
+    case NVML_CLOCK_ID_CURRENT: return clock_value(device, clockType, CLOCK_CURRENT, clockMHz);
+    case NVML_CLOCK_ID_APP_CLOCK_TARGET: return clock_value(device, clockType, CLOCK_APP, clockMHz);
     case NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
-        return clock_value(device, clockType, "app_default", clockMHz);
-    case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX: return clock_value(device, clockType, "max", clockMHz);
+        return clock_value(device, clockType, CLOCK_APP_DEFAULT, clockMHz);
+    case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
+        return clock_value(device, clockType, CLOCK_MAX, clockMHz);
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
 }
@@ -371,20 +428,42 @@ MOCK_API nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device,
 
 /* ----------------------------------------------------- clock event reasons */
 
+/* Spelled out whole: formatting each key on every call would cost more
+ * than the rest of the call. */
 static const struct {
     const char *field;
     unsigned long long bit;
 } g_reasons[] = {
-    {"gpu_idle", nvmlClocksEventReasonGpuIdle},
-    {"applications_clocks_setting", nvmlClocksEventReasonApplicationsClocksSetting},
-    {"sw_power_cap", nvmlClocksEventReasonSwPowerCap},
-    {"hw_slowdown", nvmlClocksThrottleReasonHwSlowdown},
-    {"sync_boost", nvmlClocksEventReasonSyncBoost},
-    {"sw_thermal_slowdown", nvmlClocksEventReasonSwThermalSlowdown},
-    {"hw_thermal_slowdown", nvmlClocksThrottleReasonHwThermalSlowdown},
-    {"hw_power_brake_slowdown", nvmlClocksThrottleReasonHwPowerBrakeSlowdown},
-    {"display_clocks_setting", nvmlClocksEventReasonDisplayClockSetting},
+    {"clocks_throttle_reasons.gpu_idle", nvmlClocksEventReasonGpuIdle},
+    {"clocks_throttle_reasons.applications_clocks_setting",
+     nvmlClocksEventReasonApplicationsClocksSetting},
+    {"clocks_throttle_reasons.sw_power_cap", nvmlClocksEventReasonSwPowerCap},
+    {"clocks_throttle_reasons.hw_slowdown", nvmlClocksThrottleReasonHwSlowdown},
+    {"clocks_throttle_reasons.sync_boost", nvmlClocksEventReasonSyncBoost},
+    {"clocks_throttle_reasons.sw_thermal_slowdown", nvmlClocksEventReasonSwThermalSlowdown},
+    {"clocks_throttle_reasons.hw_thermal_slowdown", nvmlClocksThrottleReasonHwThermalSlowdown},
+    {"clocks_throttle_reasons.hw_power_brake_slowdown",
+     nvmlClocksThrottleReasonHwPowerBrakeSlowdown},
+    {"clocks_throttle_reasons.display_clocks_setting", nvmlClocksEventReasonDisplayClockSetting},
 };
+
+/* The clocks event reasons active now: the profile's, with the ones
+ * readings move (idle, power cap, slowdowns) as dynamics.c derives them,
+ * unless an override set them.  One reading for all of them. */
+static unsigned long long active_reasons(const struct mock_config *cfg, unsigned pos)
+{
+    struct mock_readings now;
+    mock_readings_at(cfg, pos, MOCK_READING_NOW, &now);
+    unsigned long long derived = now.active ? MOCK_READING_REASONS & ~now.pinned_reasons : 0;
+    unsigned long long reasons = now.reasons & derived;
+    for (size_t i = 0; i < MOCK_COUNT(g_reasons); i++) {
+        int on = 0;
+        if (!(g_reasons[i].bit & derived) &&
+            mock_parse_bool(mock_dev_get(cfg, pos, g_reasons[i].field), &on) && on)
+            reasons |= g_reasons[i].bit;
+    }
+    return reasons;
+}
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
                                                              unsigned long long *reasons)
@@ -395,14 +474,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    *reasons = 0;
-    for (size_t i = 0; i < MOCK_COUNT(g_reasons); i++) {
-        char field[96];
-        int on = 0;
-        snprintf(field, sizeof field, "clocks_throttle_reasons.%s", g_reasons[i].field);
-        if (mock_dev_bool(c.cfg, c.pos, field, &on) && on)
-            *reasons |= g_reasons[i].bit;
-    }
+    *reasons = active_reasons(c.cfg, c.pos);
     mock_end(&c);
     return r;
 }
@@ -426,6 +498,89 @@ MOCK_API nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t d
                                                                   unsigned long long *reasons)
 {
     return nvmlDeviceGetSupportedClocksEventReasons(device, reasons);
+}
+
+/* ------------------------------------------------------- violation status */
+
+/* The clocks event reasons that hold the clocks down for each policy; the
+ * time a policy has been violated grows while one of them is active (a
+ * meter, see meters.c). */
+static const struct {
+    nvmlPerfPolicyType_t policy;
+    enum mock_meter meter;
+    unsigned long long reasons;
+} g_policies[] = {
+    {NVML_PERF_POLICY_POWER, MOCK_METER_VIOLATION_POWER, nvmlClocksEventReasonSwPowerCap},
+    {NVML_PERF_POLICY_THERMAL, MOCK_METER_VIOLATION_THERMAL,
+     nvmlClocksEventReasonSwThermalSlowdown | nvmlClocksThrottleReasonHwThermalSlowdown},
+    {NVML_PERF_POLICY_SYNC_BOOST, MOCK_METER_VIOLATION_SYNC_BOOST, nvmlClocksEventReasonSyncBoost},
+    {NVML_PERF_POLICY_BOARD_LIMIT, MOCK_METER_VIOLATION_BOARD_LIMIT,
+     nvmlClocksThrottleReasonHwSlowdown | nvmlClocksThrottleReasonHwPowerBrakeSlowdown},
+    {NVML_PERF_POLICY_LOW_UTILIZATION, MOCK_METER_VIOLATION_LOW_UTILIZATION,
+     nvmlClocksEventReasonGpuIdle},
+    {NVML_PERF_POLICY_RELIABILITY, MOCK_METER_VIOLATION_RELIABILITY, 0},
+    {NVML_PERF_POLICY_TOTAL_APP_CLOCKS, MOCK_METER_VIOLATION_TOTAL_APP_CLOCKS,
+     nvmlClocksEventReasonSwPowerCap | nvmlClocksEventReasonSwThermalSlowdown |
+         nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksEventReasonSyncBoost |
+         nvmlClocksThrottleReasonHwSlowdown | nvmlClocksThrottleReasonHwPowerBrakeSlowdown |
+         nvmlClocksEventReasonGpuIdle},
+    {NVML_PERF_POLICY_TOTAL_BASE_CLOCKS, MOCK_METER_VIOLATION_TOTAL_BASE_CLOCKS,
+     nvmlClocksEventReasonSwPowerCap | nvmlClocksEventReasonSwThermalSlowdown |
+         nvmlClocksThrottleReasonHwThermalSlowdown | nvmlClocksThrottleReasonHwSlowdown |
+         nvmlClocksThrottleReasonHwPowerBrakeSlowdown},
+};
+
+MOCK_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device,
+                                                   nvmlPerfPolicyType_t perfPolicyType,
+                                                   nvmlViolationTime_t *violTime)
+{
+    if (violTime == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    size_t p = 0;
+    while (p < MOCK_COUNT(g_policies) && g_policies[p].policy != perfPolicyType)
+        p++;
+    if (p == MOCK_COUNT(g_policies))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    /* ns per second while one of the policy's reasons is active */
+    double rate = (active_reasons(c.cfg, c.pos) & g_policies[p].reasons) ? 1e9 : 0;
+    violTime->violationTime =
+        (unsigned long long)mock_meter_read(g_policies[p].meter, c.pos, rate, NULL);
+    struct timeval now;
+    gettimeofday(&now, NULL);
+    violTime->referenceTime = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned)now.tv_usec;
+    mock_end(&c);
+    return r;
+}
+
+/* --------------------------------------------------------------- boosting */
+
+MOCK_API nvmlReturn_t nvmlDeviceGetAutoBoostedClocksEnabled(nvmlDevice_t device,
+                                                            nvmlEnableState_t *isEnabled,
+                                                            nvmlEnableState_t *defaultIsEnabled)
+{
+    /* Data center boards have no auto boost (nvidia-smi prints N/A); a
+     * profile of a board that has it says so in `clocks.auto_boost`. */
+    if (isEnabled == NULL || defaultIsEnabled == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    int on, default_on;
+    if (!mock_dev_bool(c.cfg, c.pos, "clocks.auto_boost", &on)) {
+        r = NVML_ERROR_NOT_SUPPORTED;
+    } else {
+        if (!mock_dev_bool(c.cfg, c.pos, "clocks.auto_boost_default", &default_on))
+            default_on = on;
+        *isEnabled = mock_enable_state(on);
+        *defaultIsEnabled = mock_enable_state(default_on);
+    }
+    mock_end(&c);
+    return r;
 }
 
 /* ------------------------------------------------------------- utilization */

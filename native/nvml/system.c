@@ -62,7 +62,7 @@ MOCK_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
     if (cfg == NULL)
         return NVML_ERROR_UNINITIALIZED;
     nvmlReturn_t r = NVML_ERROR_NOT_FOUND;
-    /* Only processes the profile lists exist on simulated GPUs. */
+    /* The processes the profile lists, then the pods holding GPUs. */
     for (unsigned pos = 0; pos < cfg->device_count && r == NVML_ERROR_NOT_FOUND; pos++) {
         unsigned count = 0;
         mock_dev_list_len(cfg, pos, "processes", &count);
@@ -80,6 +80,9 @@ MOCK_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
             break;
         }
     }
+    /* and the containers pods run on them (workload.c) */
+    if (r == NVML_ERROR_NOT_FOUND && mock_workload_process_name(cfg, pid, name, length))
+        r = NVML_SUCCESS;
     mock_release(cfg);
     return r;
 }
@@ -119,7 +122,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatfor
 {
     if (platformInfo == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (platformInfo->version != nvmlPlatformInfo_v2)
+    /* v1 (the 535 header's) and v2 share one 44-byte layout; the mock
+     * fills neither's rack/chassis bytes, so both are answered alike. */
+    if (platformInfo->version != nvmlPlatformInfo_v2 &&
+        platformInfo->version != nvmlPlatformInfo_v1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);

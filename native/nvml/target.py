@@ -40,7 +40,12 @@ SOURCES = (
     "memory.c",
     "power.c",
     "nvlink.c",
+    "meters.c",
+    "samples.c",
+    "gpm.c",
     "fields.c",
+    "workload.c",
+    "dynamics.c",
     "events.c",
     "export_table.c",
     "system.c",
@@ -91,6 +96,7 @@ def build(out_dir: Path, cc: str, extra_cflags: Sequence[str] = ()) -> list[Path
             *(str(s) for s in sources),
             str(stubs),
             "-ldl",
+            "-lm",
         ]
         compile_into(out_dir / LIBRARY, cc, args, label="native/nvml")
     coverage_path = out_dir / COVERAGE

@@ -35,6 +35,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: node-agent
 {{- end }}
 
+{{/*
+Labels of the agent pods: the selector labels and the user's own, never the
+chart or image version.  A change to a pod template's labels rolls every
+node (each old pod reverts its node first), so a chart-only upgrade must
+leave them alone; an image change rolls the pods through the image anyway.
+*/}}
+{{- define "mokka.podLabels" -}}
+{{ include "mokka.selectorLabels" . }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- with .Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
 {{- define "mokka.labels" -}}
 helm.sh/chart: {{ include "mokka.chart" . }}
 {{ include "mokka.selectorLabels" . }}
@@ -99,6 +115,29 @@ accepted and mean on/off.
 {{- if or .Values.nodeAgent.customProfile .Values.topology.enabled }}true{{ end }}
 {{- end }}
 
+{{/* The agent's health port: /healthz, /readyz, /metrics. */}}
+{{- define "mokka.healthPort" -}}
+9091
+{{- end }}
+
+{{/* Built-in profiles without an infiniband block: no HCAs, so no relay. */}}
+{{- define "mokka.profilesWithoutIb" -}}
+a100 l40s t4
+{{- end }}
+
+{{/*
+True (non-empty) when the InfiniBand relay runs (nodeAgent.ib.fabric): the
+fabric is enabled, the topology document (whose nodes are the fabric) is
+rendered, IB is not off, and the profile has HCAs (a custom profile is
+trusted to).  mokka.validate refuses the first without the next two.
+*/}}
+{{- define "mokka.ibFabric" -}}
+{{- $a := .Values.nodeAgent }}
+{{- $ibOff := or (kindIs "bool" $a.ib.mode) (eq (toString $a.ib.mode) "off") }}
+{{- $noHcas := and (not $a.customProfile) (eq (toString $a.ib.mode) "auto") (has $a.profile (splitList " " (include "mokka.profilesWithoutIb" .))) }}
+{{- if and $a.ib.fabric.enabled .Values.topology.enabled (not $ibOff) (not $noHcas) }}true{{ end }}
+{{- end }}
+
 {{/* Where the init container leaves the IMEX archive inside the agent container. */}}
 {{- define "mokka.imexArchiveDir" -}}
 /var/lib/mokka-imex-archive
@@ -121,7 +160,24 @@ line contract (tests parse these with the agent's own argument parser).
 - "--topology=/etc/mokka/topology.yaml"
 {{- end }}
 - "--node-name=$(NODE_NAME)"
-- "--health-addr=0.0.0.0:9091"
+{{- /*
+Explicit, because the agent's own default is loopback only.  0.0.0.0 rather
+than the pod IP: the pod has its own network namespace (no hostNetwork), so
+this reaches only the pod's interfaces, and it serves every client the health
+port has: the kubelet's httpGet probes and Prometheus (both dial the pod IP)
+and `kubectl port-forward` (which dials localhost inside the pod).
+*/}}
+{{- if include "mokka.ibFabric" . }}
+{{- /*
+On the host network 0.0.0.0 would open the health port on every interface
+of the node.  The node IP (status.hostIP, in NODE_IP) is the pod IP there,
+which is what the kubelet's probes and Prometheus dial; only `kubectl
+port-forward` (localhost) no longer reaches it.
+*/}}
+- "--health-addr=$(NODE_IP):{{ include "mokka.healthPort" . }}"
+{{- else }}
+- "--health-addr=0.0.0.0:{{ include "mokka.healthPort" . }}"
+{{- end }}
 - {{ printf "--resync-interval=%v" $a.resyncInterval | quote }}
 - {{ printf "--shutdown-timeout=%v" $a.shutdownTimeout | quote }}
 - {{ printf "--log-format=%s" $a.logFormat | quote }}
@@ -148,6 +204,17 @@ line contract (tests parse these with the agent's own argument parser).
 - {{ printf "--kmsg-style=%s" $a.kernelLog.style | quote }}
 {{- /* An unquoted `off` arrives as the boolean false. */}}
 - {{ printf "--ib-mode=%s" (ternary "off" $a.ib.mode (kindIs "bool" $a.ib.mode)) | quote }}
+{{- if include "mokka.ibFabric" . }}
+- {{ printf "--ib-relay-port=%v" $a.ib.fabric.port | quote }}
+{{- range $node, $address := $a.ib.fabric.peers }}
+- {{ printf "--ib-peer=%s=%s" $node $address | quote }}
+{{- end }}
+{{- end }}
+- {{ printf "--workload=%s" (ternary "off" $a.workload.mode (kindIs "bool" $a.workload.mode)) | quote }}
+- {{ printf "--workload-socket=%s" $a.workload.socket | quote }}
+- {{ printf "--workload-poll-interval=%v" $a.workload.pollInterval | quote }}
+- {{ printf "--workload-memory-share=%v" $a.workload.memoryShare | quote }}
+- {{ printf "--workload-utilization=%v" $a.workload.utilization | quote }}
 - {{ printf "--driver-publish=%s" $a.driverPublish | quote }}
 - {{ printf "--nfd-features-dir=%s" $a.nfdFeaturesDir | quote }}
 - {{ printf "--container-runtime=%s" (include "mokka.onOff" $a.containerRuntime.enabled) | quote }}
@@ -168,6 +235,24 @@ line contract (tests parse these with the agent's own argument parser).
 Refuse values that would break nodes, with a message saying what to change.
 */}}
 {{- define "mokka.validate" -}}
+{{- /* Seconds may arrive as strings (--set shutdownTimeout=2.5); the schema
+       checks the form, this the range. */}}
+{{- $a := .Values.nodeAgent }}
+{{- range $name, $bounds := dict "nodeAgent.resyncInterval" (list $a.resyncInterval 0.0 86400.0 true) "nodeAgent.shutdownTimeout" (list $a.shutdownTimeout 0.0 600.0 false) "nodeAgent.fabricManager.initDelay" (list $a.fabricManager.initDelay 0.0 3600.0 true) }}
+{{- $v := float64 (index $bounds 0) }}
+{{- $lo := index $bounds 1 }}
+{{- $hi := index $bounds 2 }}
+{{- if or (gt $v $hi) (lt $v $lo) (and (not (index $bounds 3)) (eq $v $lo)) }}
+{{- fail (printf "%s=%v: expected seconds %s %v and at most %v" $name (index $bounds 0) (ternary "of at least" "above" (index $bounds 3)) $lo $hi) }}
+{{- end }}
+{{- end }}
+{{- $m := .Values.metrics }}
+{{- if and $m.serviceMonitor.enabled $m.podMonitor.enabled }}
+{{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled are both true: Prometheus would scrape every agent twice. Enable one of them." }}
+{{- end }}
+{{- if and $m.serviceMonitor.enabled (not $m.service.enabled) }}
+{{- fail "metrics.serviceMonitor.enabled=true needs metrics.service.enabled=true (a ServiceMonitor selects the Service), or use metrics.podMonitor.enabled=true instead." }}
+{{- end }}
 {{- $rt := .Values.nodeAgent.containerRuntime }}
 {{- if eq .Values.updateStrategy.type "RollingUpdate" }}
 {{- $surge := toString (dig "rollingUpdate" "maxSurge" 0 .Values.updateStrategy | default 0) }}
@@ -177,6 +262,18 @@ Refuse values that would break nodes, with a message saying what to change.
 {{- end }}
 {{- if and (include "mokka.imexImage" .) (not .Values.nodeAgent.imex.archive.sha256) }}
 {{- fail "nodeAgent.imex.binaries.image is set but nodeAgent.imex.archive.sha256 is empty: the agent installs an IMEX archive only when its SHA-256 is pinned. Set nodeAgent.imex.archive.sha256 to the archive's 64-hex-digit SHA-256." }}
+{{- end }}
+{{- $fabric := .Values.nodeAgent.ib.fabric }}
+{{- if $fabric.enabled }}
+{{- if not .Values.topology.enabled }}
+{{- fail "nodeAgent.ib.fabric.enabled=true needs topology.enabled=true: the topology document's nodes are the fabric's nodes (without it every node is a fabric of its own)." }}
+{{- end }}
+{{- if or (kindIs "bool" .Values.nodeAgent.ib.mode) (eq (toString .Values.nodeAgent.ib.mode) "off") }}
+{{- fail "nodeAgent.ib.fabric.enabled=true with nodeAgent.ib.mode=off: there are no HCAs to join into a fabric. Set nodeAgent.ib.mode to auto, sysfs or full, or the fabric off." }}
+{{- end }}
+{{- if eq (int $fabric.port) (int (include "mokka.healthPort" .)) }}
+{{- fail (printf "nodeAgent.ib.fabric.port=%v: expected a port other than the health port %s (both listen on the node's network)." $fabric.port (include "mokka.healthPort" .)) }}
+{{- end }}
 {{- end }}
 {{- with .Values.nodeAgent.customProfile }}
 {{- if kindIs "string" . }}

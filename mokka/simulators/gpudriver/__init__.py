@@ -12,7 +12,8 @@ owner                  what it converges
 ``gpudriver-lib``      ``usr/lib64/libnvidia-ml.so.<driver>`` and its links
 ``gpudriver-smi``      ``usr/bin/nvidia-smi`` (real, fallback, or none)
 ``gpudriver-proc``     ``proc/driver/nvidia/*``, ``sys/module/nvidia/version``
-``gpudriver-config``   ``config/config.yaml``, the engine config
+``gpudriver-config``   ``config/config.yaml``, the engine config, and
+                       ``config/generation``, its change notice (``notice``)
 =====================  =====================================================
 
 What can be known to fail before a byte is written (the library not built,
@@ -27,6 +28,7 @@ work from a fresh process after a crash.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 
 import attrs
@@ -36,6 +38,7 @@ from mokka import layout
 from mokka.errors import NativeArtifactMissing, StageError
 from mokka.host import Artifact, ConvergeReport, Directory, File, Host
 from mokka.simulators.base import Readiness
+from mokka.simulators.gpudriver import notice
 from mokka.simulators.gpudriver import publish as publishing
 from mokka.simulators.gpudriver.binaries import (
     SmiChoice,
@@ -54,8 +57,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["OWNERS", "PLUGIN", "GpuDriverSettings", "GpuDriverSimulator"]
 
+#: The batch holding the engine config: converged with its change notice.
+CONFIG_OWNER = "gpudriver-config"
 #: Stage owners, one per independent batch (see the module docstring).
-OWNERS = ("gpudriver-dev", "gpudriver-lib", "gpudriver-smi", "gpudriver-proc", "gpudriver-config")
+OWNERS = ("gpudriver-dev", "gpudriver-lib", "gpudriver-smi", "gpudriver-proc", CONFIG_OWNER)
 #: The engine config is rewritten by rename; readable by every consumer.
 CONFIG_MODE = 0o644
 
@@ -78,7 +83,7 @@ def _plan(state: State, settings: GpuDriverSettings) -> _Plan:
     profiles).  Raises ``NativeArtifactMissing`` when the library is not
     built and ``SpecError`` when the state cannot be rendered.
     """
-    smi = choose_nvidia_smi(settings.nvidia_smi_binary)
+    smi = choose_nvidia_smi(settings.nvidia_smi_binary, settings.installed_nvidia_smi)
     config: list[Artifact] = [
         # Explicit, so it stays a real directory even if it ends up empty of
         # our files: CDI bind-mounts it whole and override renames inside it
@@ -92,7 +97,7 @@ def _plan(state: State, settings: GpuDriverSettings) -> _Plan:
             "gpudriver-lib": library_artifacts(state.system.driver_version),
             "gpudriver-smi": smi_artifacts(smi),
             "gpudriver-proc": procfs_artifacts(state),
-            "gpudriver-config": config,
+            CONFIG_OWNER: config,
         },
         smi=smi,
     )
@@ -104,14 +109,20 @@ async def _converge_all(
     """Converge every batch concurrently, one thread hop each; collect all failures.
 
     A failing batch does not cancel its siblings (they are threads and would
-    finish anyway); every failure is reported together afterwards.
+    finish anyway); every failure is reported together afterwards.  The
+    engine config's batch also keeps the change notice and bumps it once the
+    new config is in place (``notice.converge_announced``).
     """
     reports: dict[str, ConvergeReport] = {}
     failures: list[tuple[str, Exception]] = []
 
     async def one(owner: str, artifacts: list[Artifact]) -> None:
         try:
-            reports[owner] = await trio.to_thread.run_sync(host.converge, owner, artifacts)
+            if owner == CONFIG_OWNER:
+                converge = functools.partial(notice.converge_announced, host)
+            else:
+                converge = host.converge
+            reports[owner] = await trio.to_thread.run_sync(converge, owner, artifacts)
         except Exception as exc:
             failures.append((owner, exc))
 
@@ -205,8 +216,10 @@ class GpuDriverSimulator:
             return Readiness.not_ready(
                 self._apply_error or f"driver tree not published at {layout.RUN_DRIVER}"
             )
-        smi = self._smi.kind if self._smi else "no"
-        return Readiness.ok(f"{self._summary}, {smi} nvidia-smi, {self._published}")
+        # Which nvidia-smi, from where: a local run shows in /readyz whether
+        # NVIDIA's binary or the fallback answers `nvidia-smi`.
+        smi = self._smi.detail if self._smi else "no nvidia-smi"
+        return Readiness.ok(f"{self._summary}, {smi}, {self._published}")
 
     # ---- Applier -------------------------------------------------------
 

@@ -53,36 +53,80 @@ def library_artifacts(driver_version: str) -> list[Artifact]:
     ]
 
 
+#: Text only NVIDIA's own ``nvidia-smi`` carries: the banner of its ``-h``.
+#: The fallback's banner reads "NVIDIA System Management Interface (fallback
+#: ...", so it never passes for the real one.
+REAL_SMI_BANNER = b"NVIDIA System Management Interface -- v"
+
+
 @attrs.frozen
 class SmiChoice:
     """Which ``nvidia-smi`` gets staged, and why (for logs and readiness)."""
 
-    #: the file to copy, or None when neither candidate exists
+    #: the file to copy, or None when no candidate exists
     source: Path | None
     #: ``real``, ``fallback`` or ``none``
     kind: str
-    #: human-readable account of the choice
+    #: human-readable account of the choice: which file, and where it came from
     detail: str
 
 
-def choose_nvidia_smi(real_binary: Path) -> SmiChoice:
-    """Prefer the image's real ELF, else the project's fallback, else nothing.
+def is_real_nvidia_smi(path: Path) -> bool:
+    """Whether ``path`` (links followed) is NVIDIA's own ``nvidia-smi`` ELF.
 
-    No ``nvidia-smi`` is not a stage failure: every NVML client except the
-    GPU Operator validator still works, so the simulator stages the rest and
-    reports itself not ready with the reason.
+    A machine's ``/usr/bin/nvidia-smi`` may be Debian's (an alternatives link
+    to ``/usr/lib/nvidia/current/nvidia-smi``, NVIDIA's binary), but also a
+    wrapper script, or this project's fallback installed by hand: only an ELF
+    file with NVIDIA's banner is staged as the real one.
     """
-    if real_binary.is_file():
-        return SmiChoice(real_binary, "real", f"real nvidia-smi from {real_binary}")
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return data[:4] == b"\x7fELF" and REAL_SMI_BANNER in data
+
+
+def choose_nvidia_smi(image_binary: Path, installed_binary: Path) -> SmiChoice:
+    """The image's real ELF, else the machine's installed real one, else the fallback.
+
+    ``image_binary`` is where the image keeps NVIDIA's binary (patched with
+    RPATH ``$ORIGIN/../lib64``); it is trusted as is.  ``installed_binary``
+    (``/usr/bin/nvidia-smi``) matters for a local run on a machine with
+    Debian's ``nvidia-smi`` package: NVIDIA's binary is a better consumer
+    than the fallback, and it ``dlopen``s ``libnvidia-ml.so.1`` through the
+    library path and ``/usr/lib64``, which the driver tree provides (chroot,
+    CDI) or ``LD_LIBRARY_PATH`` names.
+
+    No ``nvidia-smi`` at all is not a stage failure: every NVML client
+    except the GPU Operator validator still works, so the simulator stages
+    the rest and reports itself not ready with the reason.
+    """
+    if image_binary.is_file():
+        return SmiChoice(image_binary, "real", f"real nvidia-smi from the image's {image_binary}")
+    if is_real_nvidia_smi(installed_binary):
+        return SmiChoice(
+            installed_binary,
+            "real",
+            f"real nvidia-smi installed at {installed_binary} ({image_binary} is absent)",
+        )
+    rejected = (
+        f", {installed_binary} is not NVIDIA's nvidia-smi"
+        if installed_binary.exists()
+        else f" and {installed_binary} does not exist"
+    )
     try:
         fallback = native.artifact(native.FALLBACK_NVIDIA_SMI)
     except NativeArtifactMissing as exc:
         return SmiChoice(
             None,
             "none",
-            f"no nvidia-smi available: {real_binary} does not exist and {exc}",
+            f"no nvidia-smi available: {image_binary} does not exist{rejected}, and {exc}",
         )
-    return SmiChoice(fallback, "fallback", f"fallback nvidia-smi from {fallback}")
+    return SmiChoice(
+        fallback,
+        "fallback",
+        f"fallback nvidia-smi from {fallback} ({image_binary} does not exist{rejected})",
+    )
 
 
 def smi_artifacts(choice: SmiChoice) -> list[Artifact]:

@@ -209,9 +209,7 @@ def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
             gpu.architecture,
         )
     yield "architecture", architecture
-    # NVIDIA's board id on these systems is the PCI bus number shifted by 8
-    # (H100 capture: bus 0x53 → board id 0x5300).
-    yield "board_id", gpu.bus << 8
+    yield "board_id", _board_id(gpu)
     if gpu.module_id is not None:
         yield "module_id", gpu.module_id
 
@@ -265,6 +263,27 @@ def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
         yield "failure.seed", failure.seed
 
     yield from _link_entries(state, gpu)
+
+
+def _board_id(gpu: Gpu) -> int:
+    """``nvmlDeviceGetBoardId``: the profile's ``board_id``, else derived from the address.
+
+    The profile's value wins: it is what the board reports, and a derivation
+    cannot know it (GB200 trays put every GPU on bus 01 of its own domain, so
+    the bus alone would give all four the same id).  Without one, the rule
+    real boards follow: ``(domain << 16) | (bus << 8)`` (H100 capture: bus
+    0x53 on domain 0 gives 0x5300).
+    """
+    value = gpu.fields.get("board_id")
+    if value is None:
+        domain = int(gpu.bus_id.split(":", 1)[0], 16)
+        return (domain << 16) | (gpu.bus << 8)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
+        raise SpecError(
+            f"engine config: gpu {gpu.index}: board_id: got {value!r}, "
+            "expected an integer 0..0xFFFFFFFF"
+        )
+    return value
 
 
 def _addressing_mode(state: State, gpu: Gpu) -> str:
@@ -407,3 +426,9 @@ def _format_value(key: str, value: Any) -> str:
         f"engine config: {key}: got a {type(value).__name__}, "
         "expected a string, number or boolean"
     )
+
+
+def format_entry(key: str, value: Any) -> str:
+    """One ``key: value`` line of this format, for other files the library
+    reads in it (the workload file); ``SpecError`` as for the engine config."""
+    return _format_line(key, value)

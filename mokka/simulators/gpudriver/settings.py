@@ -25,6 +25,9 @@ _MAX_MAJOR = 4095
 #: Where the image keeps the real ``nvidia-smi`` (patched at image build with
 #: RPATH ``$ORIGIN/../lib64`` so it finds the staged library beside it).
 DEFAULT_NVIDIA_SMI_BINARY = Path("/usr/local/lib/mokka/nvidia-smi")
+#: Where a machine's own installation puts ``nvidia-smi`` (Debian's package:
+#: an alternatives link to NVIDIA's binary), used when the image's is absent.
+DEFAULT_INSTALLED_NVIDIA_SMI = Path("/usr/bin/nvidia-smi")
 
 
 def _check_major(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -61,6 +64,10 @@ class GpuDriverSettings:
     #: real ``nvidia-smi`` ELF the image ships.  When absent, the project's
     #: fallback binary from the native build is staged instead.
     nvidia_smi_binary: Path = attrs.field(default=DEFAULT_NVIDIA_SMI_BINARY, converter=Path)
+    #: Path (in the daemon's own filesystem) of an ``nvidia-smi`` installed on
+    #: the machine; staged when ``nvidia_smi_binary`` is absent and it is
+    #: NVIDIA's real binary (a local run on a machine with Debian's package).
+    installed_nvidia_smi: Path = attrs.field(default=DEFAULT_INSTALLED_NVIDIA_SMI, converter=Path)
     #: ``bind`` mounts the driver tree on ``/run/nvidia/driver``; ``symlink``
     #: points a relative symlink there; ``auto`` binds only when the daemon
     #: holds CAP_SYS_ADMIN against a real host root (``/`` or ``/host``),
@@ -85,6 +92,7 @@ class GpuDriverSettings:
             uvm_major=args.uvm_major,
             caps_major=args.nvidia_caps_major,
             nvidia_smi_binary=args.nvidia_smi_binary,
+            installed_nvidia_smi=args.installed_nvidia_smi,
             publish=args.driver_publish,
         )
 
@@ -121,6 +129,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="real nvidia-smi to stage; the built-in fallback is used when it is absent "
         "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--installed-nvidia-smi",
+        type=Path,
+        default=defaults.installed_nvidia_smi,
+        metavar="PATH",
+        help="nvidia-smi installed on this machine, staged when --nvidia-smi-binary is absent "
+        "and it is NVIDIA's real binary, before the fallback (default: %(default)s)",
     )
     group.add_argument(
         "--driver-publish",

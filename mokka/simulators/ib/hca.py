@@ -13,10 +13,10 @@ print it in sysfs, because the readers (libibumad under ``ibstat``, the
   (``4: ACTIVE``, ``5: LinkUp``).
 * ``rate``: ``"<Gb/s> Gb/sec (<width>X <speed>)"``; every rate is a 4X link
   (EDR 100, HDR 200, NDR 400, XDR 800).
-* LIDs: ``0x%04x``.  A subnet manager hands out unicast LIDs 1..0xbfff; the
-  mock's SM sits at LID 1 and the HCAs of a node take consecutive LIDs from a
-  base hashed from the node name, so they are stable across restarts,
-  distinct on the node, and (with high probability) across nodes.
+* LIDs: ``0x%04x``.  The mock's SM sits at LID 1 (on the spine switch) and
+  every node's HCAs take LIDs from the node's block in the fabric's node
+  list (``lids.py``), so they are stable across restarts and unique across
+  the fabric.
 * PCI identity (``device/modalias``): Mellanox vendor ``15b3``, and the
   device id that names the ConnectX generation.  For mlx5 parts the
   ``hca_type`` is ``MT<device id in decimal>`` (``MT4129`` = ``0x1021``,
@@ -26,13 +26,13 @@ print it in sysfs, because the readers (libibumad under ``ibstat``, the
 
 from __future__ import annotations
 
-import hashlib
 import re
 import string
 
 import attrs
 
 from mokka.errors import SpecError
+from mokka.simulators.ib import lids
 from mokka.state.model import Infiniband, State
 
 #: PCI vendor of Mellanox (NVIDIA networking) functions.
@@ -64,12 +64,10 @@ LINK_WIDTH = 4
 #: behind every GID, which the mock does not create.
 LINK_LAYER = "InfiniBand"
 
-#: Where the subnet manager of the mock fabric sits, and its service level.
-SM_LID = 1
+#: Where the subnet manager of the mock fabric sits (``lids.SM_LID``), and
+#: its service level.
+SM_LID = lids.SM_LID
 SM_SL = 0
-#: Unicast LIDs are 1..0xbfff; the SM has 1, HCAs take ``FIRST_LID`` upwards.
-FIRST_LID = 2
-LAST_UNICAST_LID = 0xBFFF
 #: Port capability mask of a ConnectX-7 HCA port (not an SM; the bits
 #: ``ibstat`` prints as ``Capability mask``).
 CAP_MASK = 0xA751E848
@@ -151,13 +149,6 @@ def _lookup(table: dict[str, int], value: str, where: str, problems: list[str]) 
     return number
 
 
-def lid_base(node_name: str, count: int) -> int:
-    """First LID of the node's HCAs: hashed from the node name, leaving room for ``count``."""
-    span = LAST_UNICAST_LID - FIRST_LID + 1 - (count - 1)
-    digest = hashlib.sha256(f"mokka-ib-lid\0{node_name}".encode()).digest()
-    return FIRST_LID + int.from_bytes(digest[:4], "big") % span
-
-
 def pci_device_id(hca_type: str) -> int | None:
     """``MT4129`` → ``0x1021``; ``None`` for a type that names no mlx5 device id."""
     match = _HCA_TYPE.match(hca_type.strip())
@@ -214,16 +205,18 @@ def plan_hcas(state: State) -> tuple[Hca, ...]:
         )
     guids = _parse_guids(ib, where, problems)
     descs = _node_descs(ib, state.node_name, where, problems)
+    nodes = lids.fabric_nodes(state)
+    problems += lids.check_fabric(nodes, ib.hca_count, where)
     if problems:
         raise SpecError(problems)
     assert device is not None
-    base = lid_base(state.node_name, ib.hca_count)
+    node_lids = lids.node_lids(nodes, state.node_name, ib.hca_count)
     return tuple(
         Hca(
             index=i,
             name=f"mlx5_{i}",
             guid=guids[i],
-            lid=base + i,
+            lid=node_lids[i],
             node_desc=descs[i],
             hca_type=ib.hca_type.strip(),
             fw_version=ib.fw_version.strip(),

@@ -28,6 +28,27 @@ MODES = ("auto", "off", "sysfs", "full")
 #: out by ``deploy/image/install-ib-tools.sh``).
 DEFAULT_TOOLS_DIR = Path("/usr/local/lib/mokka/ib")
 
+#: The relay's documented TCP port (``docs/ib.md``; the Helm chart passes it
+#: as ``--ib-relay-port``): every daemon of a fabric listens on it and dials
+#: its peers there unless ``--ib-peer`` names another address.
+RELAY_PORT = 18515
+
+
+def _peers(value: object) -> dict[str, tuple[str, int]]:
+    """``{node: (host, port)}`` from ``NAME=HOST:PORT`` strings or a mapping."""
+    if isinstance(value, dict):
+        return dict(value)
+    peers: dict[str, tuple[str, int]] = {}
+    for item in value or ():  # type: ignore[attr-defined]
+        name, sep, address = str(item).partition("=")
+        host, colon, port = address.rpartition(":")
+        if not (sep and colon and name and host and port.isdigit() and 0 < int(port) < 65536):
+            raise SpecError(
+                f"--ib-peer: {item!r}, expected NODE=HOST:PORT (the node's relay address)"
+            )
+        peers[name] = (host.strip("[]"), int(port))
+    return peers
+
 
 @attrs.frozen(kw_only=True)
 class IbSettings:
@@ -45,10 +66,23 @@ class IbSettings:
     #: ``ibverbs-utils`` of its own; when it does not (a run from a
     #: checkout, the tests), the wrappers run the machine's installed tools.
     tools_dir: Path = attrs.field(default=DEFAULT_TOOLS_DIR, converter=Path)
+    #: Address and port the relay listens on when the fabric has other nodes;
+    #: no port, no relay (the fabric is opt-in: several mock nodes on one
+    #: machine would otherwise contend for one port).
+    relay_address: str = "0.0.0.0"
+    relay_port: int | None = None
+    #: Relay addresses of peers by node name; a peer not named here is dialled
+    #: at its node name and ``relay_port`` (host network on a cluster).
+    peers: dict[str, tuple[str, int]] = attrs.field(factory=dict, converter=_peers)
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
             raise SpecError(f"--ib-mode: {self.mode!r}, expected one of {', '.join(MODES)}")
+        if self.relay_port is not None and not 0 <= self.relay_port < 65536:
+            raise SpecError(f"--ib-relay-port: {self.relay_port}, expected a TCP port 0..65535")
+
+    def peer_address(self, node: str) -> tuple[str, int]:
+        return self.peers.get(node, (node, self.relay_port or RELAY_PORT))
 
     def effective_mode(self, has_infiniband: bool) -> str:
         """``off``, ``sysfs`` or ``full`` for a state with or without an IB block."""
@@ -59,7 +93,11 @@ class IbSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> IbSettings:
         """Build from the parsed daemon flags (see ``add_arguments``)."""
-        return cls(mode=args.ib_mode, tools_dir=args.ib_tools_dir)
+        return cls(
+            mode=args.ib_mode, tools_dir=args.ib_tools_dir,
+            relay_address=args.ib_relay_address, relay_port=args.ib_relay_port,
+            peers=args.ib_peer,
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,4 +119,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the image's real IB tools (bin/, lib/) to stage into the driver tree for the "
         "wrappers; when DIR does not exist the wrappers run the machine's own ibstat, "
         "ibstatus, ibv_devinfo, ibv_devices (default: %(default)s)",
+    )
+    group.add_argument(
+        "--ib-relay-address",
+        default=IbSettings().relay_address,
+        metavar="HOST",
+        help="address the InfiniBand relay listens on when the topology document puts this "
+        "node in a fabric with others (default: %(default)s)",
+    )
+    group.add_argument(
+        "--ib-relay-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="turn on the InfiniBand relay between the daemons of one fabric (the nodes of "
+        f"the topology document) on this TCP port; the documented port is {RELAY_PORT} "
+        "(default: off, each node is a fabric of its own)",
+    )
+    group.add_argument(
+        "--ib-peer",
+        action="append",
+        default=[],
+        metavar="NODE=HOST:PORT",
+        help="relay address of a fabric peer (repeatable); peers not named are dialled at "
+        "their node name and --ib-relay-port",
     )

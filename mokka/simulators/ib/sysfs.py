@@ -37,6 +37,8 @@ which here is a fixed one (``UMAD_DYNAMIC_MAJOR``, ``UVERBS_DYNAMIC_MAJOR``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mokka import layout
 from mokka.host import Artifact, CharDevice, Directory, File
 from mokka.simulators.ib.hca import (
@@ -138,8 +140,9 @@ def _line(value: object) -> str:
     return f"{value}\n"
 
 
-def hca_artifacts(hca: Hca) -> list[Artifact]:
-    """``sys/class/infiniband/mlx5_<i>/``: node attributes, PCI identity, port 1."""
+def hca_artifacts(hca: Hca, counters: Mapping[str, int] | None = None) -> list[Artifact]:
+    """``sys/class/infiniband/mlx5_<i>/``: node attributes, PCI identity, port 1
+    (``counters``: the port counters raised at run time, by name; others 0)."""
     base = f"{IB_CLASS}/{hca.name}"
     port = f"{base}/ports/1"
     artifacts: list[Artifact] = [
@@ -170,7 +173,10 @@ def hca_artifacts(hca: Hca) -> list[Artifact]:
         File(f"{port}/pkeys/0", "0xffff\n", _RO),
         File(f"{port}/gid_attrs/types/0", "IB/RoCE v1\n", _RO),
     ]
-    artifacts.extend(File(f"{port}/counters/{name}", "0\n", _RO) for name in COUNTERS)
+    raised = counters or {}
+    artifacts.extend(
+        File(f"{port}/counters/{name}", _line(raised.get(name, 0)), _RO) for name in COUNTERS
+    )
     return artifacts
 
 
@@ -199,7 +205,9 @@ def char_class_artifacts(hca: Hca) -> list[Artifact]:
     return artifacts
 
 
-def tree_artifacts(hcas: tuple[Hca, ...]) -> list[Artifact]:
+def tree_artifacts(
+    hcas: tuple[Hca, ...], counters: Mapping[str, Mapping[str, int]] | None = None
+) -> list[Artifact]:
     """The whole tree; with no HCAs, the empty classes and ABI files.
 
     The classes exist even without HCAs, so a preloaded reader finds an empty
@@ -213,6 +221,6 @@ def tree_artifacts(hcas: tuple[Hca, ...]) -> list[Artifact]:
         Directory(DEV_DIR),
     ]
     for hca in hcas:
-        artifacts += hca_artifacts(hca)
+        artifacts += hca_artifacts(hca, (counters or {}).get(hca.name))
         artifacts += char_class_artifacts(hca)
     return artifacts

@@ -70,6 +70,18 @@ IBV_DEVICES = Tool("ibv_devices", "/usr/bin/ibv_devices", "ibverbs-utils", _VERB
 SYSFS_TOOLS = (IBSTAT, IBSTATUS)
 FULL_TOOLS = (*SYSFS_TOOLS, IBV_DEVINFO, IBV_DEVICES)
 
+#: The tools that speak management datagrams: libibumad's traffic goes to
+#: the node's mock-ib daemon through ``libumadshim.so`` (staged in every mode
+#: but ``off``, with the daemon that answers).
+_MAD_PRELOADS = (native.UMADSHIM_LIBRARY, native.MOCKFS_LIBRARY)
+MAD_TOOLS = tuple(
+    Tool(name, f"/usr/sbin/{name}", "infiniband-diags", _MAD_PRELOADS)
+    for name in (
+        "sminfo", "smpquery", "perfquery", "ibping", "ibnetdiscover", "iblinkinfo",
+        "ibaddr", "ibtracert", "ibqueryerrors", "ibroute", "ibportstate", "ibsysstat",
+    )
+)
+
 #: Paths the script spells relative to its own directory (``$here``, the
 #: driver tree's ``usr/bin``), so they hold wherever the tree is reached.
 _TO_LOCAL_LIB = posixpath.relpath(layout.DRIVER_LOCAL_LIB, layout.DRIVER_BIN)

@@ -1,10 +1,11 @@
 """State sources and the factory the daemon uses to pick one.
 
 ``make_source(settings, host)`` takes the daemon's ``Settings`` and anything
-with a ``resolve(node_path) -> Path`` method (the daemon passes its
-``Host``).  The host is typed structurally on purpose: the state layer sits
-below ``mokka.host`` and must not import it; all the factory needs is where
-the node path of the overrides file lands under the root.
+with a ``root`` and a ``resolve(node_path) -> Path`` method (the daemon
+passes its ``Host``).  The host is typed structurally on purpose: the state
+layer sits below ``mokka.host`` and must not import it; all the factory
+needs is where the node path of the overrides file lands under the root,
+and the root itself, beneath which no link on the way to it is followed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ __all__ = ["ControlPlaneSource", "FileSource", "SourceUpdate", "StateSource", "m
 
 
 class PathResolver(Protocol):
+    root: Path
+
     def resolve(self, path: str) -> Path: ...
 
 
@@ -38,6 +41,9 @@ def make_source(settings: Any, host: PathResolver) -> StateSource:
         node_name=settings.node_name,
         topology=settings.topology,
         overrides=Path(overrides),
+        # the root's own file (not one an operator named): no link is followed
+        overrides_root=host.root if settings.overrides is None else None,
         feature_gates=dict(settings.feature_gates),
         resync_interval=settings.resync_interval,
+        debounce=settings.reload_debounce,
     )

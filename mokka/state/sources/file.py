@@ -45,9 +45,11 @@ import trio
 import trio_util
 
 from mokka.errors import SpecError
+from mokka.settings import RELOAD_DEBOUNCE
 from mokka.state.compile import NodeMeta, compile_state, load_inputs
 from mokka.state.model import State
 from mokka.state.profile import is_builtin
+from mokka.state.reader import excerpt
 from mokka.state.sources.base import SourceUpdate
 from mokka.state.sources.inotify import (
     IN_DELETE_SELF,
@@ -137,8 +139,14 @@ class FileSourceStatistics:
 
 
 async def _to_thread(fn: Callable[[], Any]) -> Any:
-    """The default ``offload``: the blocking re-read runs in a trio worker thread."""
-    return await trio.to_thread.run_sync(fn)
+    """The default ``offload``: the blocking re-read runs in a trio worker thread.
+
+    Abandoned on cancellation, never waited for: whatever an input does to
+    the read (a hung network filesystem), SIGTERM must reach the teardown.
+    The inputs are bounded (``mokka.state.reader``), so an abandoned read
+    ends by itself; its result is dropped.
+    """
+    return await trio.to_thread.run_sync(fn, abandon_on_cancel=True)
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -153,12 +161,15 @@ class FileSource:
     topology: Path | None = None
     #: ``mokka ctl``'s file; ``None``: not configured (a missing file is fine)
     overrides: Path | None = None
+    #: the node root the overrides path lies beneath (the root's own file):
+    #: no symlink on the way is followed (it could lead to any file on the host)
+    overrides_root: Path | None = None
     feature_gates: Mapping[str, bool] = attrs.field(factory=dict)
     #: seconds between full re-reads regardless of events; 0 disables
     resync_interval: float = 60.0
-    #: seconds of quiet that end a burst of events; 0.1 s coalesces an editor's
-    #: or the kubelet's several steps while staying far below human notice
-    debounce: float = 0.1
+    #: seconds of quiet that end a burst of events (``--reload-debounce``;
+    #: see ``mokka.settings.Settings.reload_debounce`` for the default)
+    debounce: float = RELOAD_DEBOUNCE
     #: a burst never delays a reload by more than this many seconds: a writer
     #: that rewrites a file in a loop cannot postpone the reload forever
     max_delay: float = 2.0
@@ -178,6 +189,15 @@ class FileSource:
     _last_problems: tuple[str, ...] | None = attrs.field(default=None, init=False)
     _reloads: int = attrs.field(default=0, init=False)
     _events: int = attrs.field(default=0, init=False)
+    # ``request_resync`` was called; the wait it cuts short, while one runs
+    _resync_requested: bool = attrs.field(default=False, init=False)
+    _waiting: trio.CancelScope | None = attrs.field(default=None, init=False)
+
+    def request_resync(self) -> None:
+        """Re-read every input now, as if the resync interval had passed (SIGHUP)."""
+        self._resync_requested = True
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     def statistics(self) -> FileSourceStatistics:
         """A frozen snapshot of the counters and the watched directories."""
@@ -234,15 +254,20 @@ class FileSource:
         falls due during a burst ends the wait as a resync.
         """
         interval = self.resync_interval if self.resync_interval > 0 else math.inf
-        with trio.move_on_after(interval) as timer:
-            await self._next_relevant()
-            with trio.move_on_after(self.max_delay):
-                while True:
-                    with trio.move_on_after(self.debounce) as quiet:
-                        await self._next_relevant()
-                    if quiet.cancelled_caught:
-                        break
-        return timer.cancelled_caught
+        with trio.CancelScope() as self._waiting:
+            if self._resync_requested:
+                self._waiting.cancel()
+            with trio.move_on_after(interval) as timer:
+                await self._next_relevant()
+                with trio.move_on_after(self.max_delay):
+                    while True:
+                        with trio.move_on_after(self.debounce) as quiet:
+                            await self._next_relevant()
+                        if quiet.cancelled_caught:
+                            break
+        self._waiting = None
+        requested, self._resync_requested = self._resync_requested, False
+        return timer.cancelled_caught or requested
 
     async def _next_relevant(self) -> None:
         """Until a read of the descriptor holds at least one relevant event."""
@@ -315,14 +340,18 @@ class FileSource:
         """Blocking: re-plan the watches, then read and compile every input.
 
         Runs while ``run`` awaits it, never beside ``_relevant``, so the
-        watch table needs no lock.  Errors are returned as values for
-        ``_reload`` to publish; an ``OSError`` a loader did not turn into a
-        ``SpecError`` becomes one naming the file, and so does any other
-        exception (a bug met by some input: see below).
+        watch table needs no lock (a read abandoned on cancellation may
+        still finish after ``run`` has ended; nothing reads its result).
+        Errors are returned as values for ``_reload`` to publish; an
+        ``OSError`` a loader did not turn into a ``SpecError`` becomes one
+        naming the file, and so does any other exception (a bug met by
+        some input: see below).
         """
         self._rewatch()
         try:
-            profile, topology, overrides = load_inputs(self.profile, self.topology, self.overrides)
+            profile, topology, overrides = load_inputs(
+                self.profile, self.topology, self.overrides,
+                overrides_root=self.overrides_root)
             return compile_state(
                 profile,
                 node=NodeMeta(node_name=self.node_name, feature_gates=dict(self.feature_gates)),
@@ -341,7 +370,8 @@ class FileSource:
             inputs = ", ".join(
                 str(p) for p in (self.profile, self.topology, self.overrides) if p is not None
             )
-            error = SpecError(f"{inputs}: cannot be compiled ({type(exc).__name__}: {exc})")
+            error = SpecError(
+                f"{inputs}: cannot be compiled ({type(exc).__name__}: {excerpt(str(exc))})")
             if error.problems != self._last_problems:
                 logger.exception("compiling the desired state failed unexpectedly")
             return error

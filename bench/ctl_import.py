@@ -1,0 +1,138 @@
+"""``mokka ctl``: what starting one costs, and which imports it goes to.
+
+Run: ``.venv/bin/python bench/ctl_import.py [--runs 21] [--importtime]``.
+
+A fault drill calls ``mokka ctl`` once per change, so the process itself
+(interpreter start, imports, argument parsing, reading the engine config to
+check ``--gpu``) is the cost a person or a script waits for.  Measured, on a
+scratch node root holding an h100 engine config (eight GPUs, as the daemon
+stages it):
+
+* ``python -c pass``: the floor (starting this interpreter at all);
+* ``mokka ctl status``, ``temp --gpu 0``, ``temp --gpu <UUID>``, ``xid``
+  and ``--help``, each as ``python -m mokka ctl ...`` (what the ``mokka``
+  console script runs).
+
+Each figure is the median over ``--runs`` processes of the wall time and of
+the CPU time (user + system, from the child's resource usage): on a busy
+machine the CPU time is the steadier figure, and the ratio to the floor's
+the one to read.  The goal is 80 ms of wall time on an idle machine.
+
+Bytecode is cached as an installed package's would be: the processes get a
+private ``PYTHONPYCACHEPREFIX`` (warmed by one unmeasured run of each) and
+``PYTHONDONTWRITEBYTECODE`` unset, so a development environment that turns
+bytecode off does not bill compiling every module to every call.
+
+``--importtime``: also prints the modules ``python -X importtime`` shows
+taking longest (cumulative) in ``mokka ctl status``, the first place to
+look when the figure grows.  Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from figures import report
+
+from mokka.layout import CONFIG_DIR, ENGINE_CONFIG
+from mokka.simulators.gpudriver.engine_config import render_engine_config
+from mokka.state.compile import compile_profile
+
+#: What ``python -m bench --quick`` passes.
+QUICK_ARGS = ["--runs", "5"]
+GOAL = "<= 80 ms"
+#: Wall time of one process beyond which something is wrong, not slow.
+PROCESS_TIMEOUT = 60.0
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of one process run to completion (it must exit 0)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True, timeout=PROCESS_TIMEOUT)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def scratch_node(root: Path) -> str:
+    """A node root as a staged daemon leaves it (engine config only); a GPU's UUID."""
+    state = compile_profile("h100", node_name="bench-node")
+    (root / CONFIG_DIR.lstrip("/")).mkdir(parents=True)
+    (root / ENGINE_CONFIG.lstrip("/")).write_text(render_engine_config(state))
+    return state.gpus[3].uuid
+
+
+def importtime(env: dict[str, str], ctl: list[str], top: int) -> None:
+    done = subprocess.run([sys.executable, "-X", "importtime", *ctl], env=env,
+                          capture_output=True, text=True, check=True, timeout=PROCESS_TIMEOUT)
+    rows = []
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        # "import time:  self [us] | cumulative | name", the name indented by depth
+        self_us, cumulative_us, name = line[len("import time:"):].split("|", 2)
+        rows.append((int(cumulative_us), int(self_us), name.strip()))
+    print(f"\n  python -X importtime {' '.join(ctl)}: the {top} largest (cumulative, us)")
+    for cumulative, own, name in sorted(rows, reverse=True)[:top]:
+        print(f"    {cumulative:>8}  {own:>8}  {name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=21, help="processes per figure (median)")
+    parser.add_argument("--importtime", action="store_true",
+                        help="also list the slowest imports of `mokka ctl status`")
+    parser.add_argument("--top", type=int, default=20, help="imports listed with --importtime")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mokka-ctl-import-") as tmp:
+        root = Path(tmp) / "node"
+        uuid = scratch_node(root)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        ctl = ["-m", "mokka", "ctl"]
+        where = ["--root", str(root)]
+        cases = {
+            "python -c pass": ["-c", "pass"],
+            "mokka ctl status": [*ctl, "status", *where],
+            "mokka ctl temp --gpu 0": [*ctl, "temp", *where, "--gpu", "0", "--celsius", "70"],
+            "mokka ctl temp --gpu UUID": [*ctl, "temp", *where, "--gpu", uuid, "--celsius", "71"],
+            "mokka ctl xid": [*ctl, "xid", *where, "--gpu", "1", "--code", "79"],
+            "mokka ctl --help": [*ctl, "--help"],
+        }
+        for case in cases.values():  # compile and cache the bytecode, unmeasured
+            timed([sys.executable, *case], env)
+        print(f"mokka ctl process cost: median of {args.runs} runs each "
+              f"({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+        # interleaved, so a burst of load elsewhere hits every case alike
+        for _ in range(args.runs):
+            for name, case in cases.items():
+                samples[name].append(timed([sys.executable, *case], env))
+        floor_wall = statistics.median(w for w, _ in samples["python -c pass"]) * 1000
+        floor_cpu = statistics.median(c for _, c in samples["python -c pass"]) * 1000
+        report("ctl_import", "python -c pass (wall)", floor_wall, "ms")
+        report("ctl_import", "python -c pass (CPU)", floor_cpu, "ms")
+        for name in list(cases)[1:]:
+            wall = statistics.median(w for w, _ in samples[name]) * 1000
+            cpu = statistics.median(c for _, c in samples[name]) * 1000
+            report("ctl_import", f"{name} (wall)", wall, "ms", floor=floor_wall,
+                   floor_name="python -c pass", goal=GOAL)
+            report("ctl_import", f"{name} (CPU)", cpu, "ms", floor=floor_cpu,
+                   floor_name="python -c pass")
+        if args.importtime:
+            importtime(env, cases["mokka ctl status"], args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

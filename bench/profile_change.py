@@ -1,0 +1,141 @@
+"""A profile edit on a running daemon until the node has converged: 8 <-> 4 GPUs.
+
+Run: ``.venv/bin/python bench/profile_change.py [--rounds 20]``.
+
+A daemon runs on a scratch root with a profile file (the built-in h100, 8
+GPUs).  Each round saves the other variant (the first four GPUs and their
+PCIe root, or all eight again) the way an editor does (a temp file renamed
+over the profile) and times from the rename until the daemon's log says
+``reconcile pass ok generation=N`` for the new generation (the log line's
+own timestamp, so reading the log adds nothing), then checks the driver
+root has the expected number of GPU device nodes.
+
+* **single**: one change at a time, the node idle before it;
+* **back-to-back**: a second change saved the moment the daemon has taken
+  the first (its ``desired state generation N`` line is logged), so it
+  arrives while the first pass runs; timed from the second save until the
+  second generation has converged.
+
+Floor, measured in the same run: inotify delivery, a rename in a watched
+directory until the event is read (mokka's own ``Inotify``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nodes
+import trio
+from figures import percentile, report
+
+from mokka.state.sources.inotify import Inotify
+
+sys.path.insert(0, str(nodes.REPO))  # the 4-GPU cut is the reload tests' own helper
+
+from tests.test_daemon_reload import four_gpu_profile
+
+#: What ``python -m bench --quick`` passes.
+QUICK_ARGS = ["--rounds", "4"]
+
+BENCH = "profile_change"
+DEV = "var/lib/nvml-mock/driver/dev"
+SAMPLE_TIMEOUT = 120.0
+
+
+def gpu_nodes(root: Path) -> int:
+    return sum(1 for p in (root / DEV).glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
+
+
+async def inotify_floor(rounds: int) -> list[float]:
+    samples = []
+    with tempfile.TemporaryDirectory() as tmp, Inotify.open() as watch:
+        watch.add_watch(tmp)
+        for i in range(rounds):
+            part = Path(tmp) / ".f.swp"
+            part.write_text(str(i))
+            started = time.perf_counter()
+            os.rename(part, Path(tmp) / "f")
+            await watch.read_events()
+            samples.append(time.perf_counter() - started)
+    return samples
+
+
+def wait_log(daemon: nodes.Daemon, pattern: str, timeout: float = SAMPLE_TIMEOUT) -> None:
+    regex = re.compile(pattern)
+    deadline = time.monotonic() + timeout
+    while not regex.search(daemon.log_text()):
+        daemon.check_alive()
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{daemon.name} never logged {pattern!r}")
+        time.sleep(0.001)
+
+
+def summarize(figure: str, samples: list[float], floor: float) -> None:
+    ms = [s * 1000 for s in samples]
+    report(BENCH, f"{figure} p50", percentile(ms, 50), "ms",
+           floor=floor, floor_name="inotify delivery")
+    report(BENCH, f"{figure} p99", percentile(ms, 99), "ms",
+           floor=floor, floor_name="inotify delivery", goal="<= 100 ms")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20,
+                        help="single changes (and as many back-to-back pairs)")
+    args = parser.parse_args(argv)
+    nodes.warm_bytecode()
+    eight = (importlib.resources.files("mokka.state") / "profiles" / "h100.yaml").read_text()
+    variants = [(four_gpu_profile(eight), 4), (eight, 8)]
+    floor = statistics.median(trio.run(inotify_floor, max(args.rounds, 20))) * 1000
+    with tempfile.TemporaryDirectory(prefix="mokka-bench-profile-") as tmp:
+        work = Path(tmp)
+        profile = work / "profile.yaml"
+        nodes.save_file(profile, eight)
+        daemon = nodes.start(work / "node", "bench-profile", "--profile", str(profile))
+        try:
+            nodes.wait_ready([daemon], timeout=600)
+            generation = 1
+            single = []
+            for i in range(args.rounds):
+                text, gpus = variants[i % 2]
+                time.sleep(0.2)  # the node idle before the change
+                saved = nodes.save_file(profile, text)
+                generation += 1
+                done = nodes.wait_pass([daemon], generation, SAMPLE_TIMEOUT)[daemon.name]
+                single.append(done - saved)
+                if gpu_nodes(daemon.root) != gpus:
+                    raise SystemExit(f"generation {generation}: {gpu_nodes(daemon.root)} GPU "
+                                     f"device nodes, expected {gpus}")
+            pair, both = [], []
+            # Each pair leaves the node as it found it: the other variant, then straight back.
+            (first, _), (second, gpus) = variants[args.rounds % 2], variants[(args.rounds + 1) % 2]
+            for _ in range(args.rounds):
+                time.sleep(0.2)
+                first_saved = nodes.save_file(profile, first)
+                wait_log(daemon, rf"desired state generation {generation + 1} ")
+                saved = nodes.save_file(profile, second)
+                generation += 2
+                done = nodes.wait_pass([daemon], generation, SAMPLE_TIMEOUT)[daemon.name]
+                pair.append(done - saved)
+                both.append(done - first_saved)
+                if gpu_nodes(daemon.root) != gpus:
+                    raise SystemExit(f"generation {generation}: {gpu_nodes(daemon.root)} GPU "
+                                     f"device nodes, expected {gpus}")
+        finally:
+            nodes.stop([daemon], timeout=120)
+    report(BENCH, "inotify delivery (median)", floor, "ms")
+    summarize("8<->4 GPUs, single change -> converged", single, floor)
+    summarize("back-to-back, second change -> converged", pair, floor)
+    summarize("back-to-back, first change -> both converged", both, floor)
+
+
+if __name__ == "__main__":
+    main()

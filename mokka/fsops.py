@@ -1,0 +1,142 @@
+"""The few filesystem operations a converge is built from, each with one meaning.
+
+Kept apart from ``mokka.convergence`` (what to place where) and
+``mokka.backups`` (what it replaced) because both need the same small
+answers to "is anything there", "make this gone", "write all of this",
+"flush the disk", and the fallback for a device node that cannot be made:
+one definition each, so a fault test that replaces one replaces it for
+every caller (callers reach them as ``fsops.name``, never as a copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from mokka.artifacts import CharDevice
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks (libraries and binaries are megabytes)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def stat_or_none(path: Path) -> os.stat_result | None:
+    """``stat`` (links followed) or ``None`` when nothing is there."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def lstat_or_none(path: Path) -> os.stat_result | None:
+    """``lstat`` or ``None`` when nothing is there (the entry itself, links not followed)."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def unlink(path: Path) -> None:
+    """Remove a non-directory entry; already gone is fine (discard is idempotent)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def rmdir_empty_tree(path: Path) -> None:
+    """Remove ``path`` and its subdirectories if, and only if, they hold no files.
+
+    Used on Mokka's own bookkeeping directories, never on simulator output:
+    a file left in them (a backup not yet restored) keeps them in place.
+    """
+    if not path.is_dir() or path.is_symlink():
+        return
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            rmdir_empty_tree(child)
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a full disk raises ENOSPC, naming no file)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def sync_filesystem(root: Path) -> None:
+    """Flush the filesystem holding ``root`` (``syncfs``; ``sync`` where libc lacks it)."""
+    syncfs = _libc_syncfs()
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(root))
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _libc_syncfs():
+    """libc's ``syncfs`` (one filesystem, unlike ``os.sync``), or ``None`` where there is none."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+# -- device nodes without CAP_MKNOD ------------------------------------------
+
+
+def placeholder(art: CharDevice) -> bytes:
+    """Content of the regular file standing in for a device node without CAP_MKNOD.
+
+    Recognisable, so a later converge with the capability replaces it and a
+    later one without it leaves it (and reports it degraded again).
+    """
+    return f"mokka placeholder for character device {art.major}:{art.minor}\n".encode()
+
+
+def placeholder_reason(art: CharDevice) -> str:
+    """The readiness reason a placeholder device produces: what, why, and the fix."""
+    return (
+        f"{art.path}: no CAP_MKNOD, wrote a placeholder file instead of char device "
+        f"{art.major}:{art.minor}; consumers cannot open it (run as root to get real nodes)"
+    )
+
+
+#: ``can_mknod``'s answer once probed (a process's capabilities do not change).
+_MKNOD_PROBE: bool | None = None
+
+
+def can_mknod(scratch: Path) -> bool:
+    """Whether this process may create device nodes (probed once per process).
+
+    The probe node goes in ``scratch`` (Mokka's state directory under the
+    node root, which exists during every converge): nothing is written
+    outside the root, and a read-only ``/tmp`` does not break the probe.
+    """
+    global _MKNOD_PROBE
+    if _MKNOD_PROBE is None:
+        import tempfile  # only here: most processes never probe
+
+        with tempfile.TemporaryDirectory(dir=scratch, prefix=".mknod-probe-") as d:
+            try:
+                os.mknod(os.path.join(d, "probe"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
+                _MKNOD_PROBE = True
+            except PermissionError:
+                _MKNOD_PROBE = False
+    return _MKNOD_PROBE

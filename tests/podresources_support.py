@@ -1,0 +1,137 @@
+"""A real gRPC pod-resources server for the tests, built from the project's own .proto.
+
+``grpc_tools.protoc`` compiles ``mokka/simulators/workload/api/podresources_v1.proto``
+into Python classes once per session; the server encodes its answers with
+those (the real protobuf runtime), so the daemon's own wire reader is checked
+against an independent encoder.  The server runs grpcio's real server on a
+unix socket, in its own threads, and answers from a list the test changes.
+
+Modes a test can switch to: ``ok`` (answer from ``pods``), ``garbage``
+(bytes that are no protobuf message), ``stall`` (hold the call until the test
+releases it: the client's deadline must end the wait), ``error`` (an
+UNAVAILABLE status).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+from concurrent import futures
+from pathlib import Path
+from types import ModuleType
+
+import attrs
+import grpc
+
+from tests.support import ROOT
+
+PROTO = ROOT / "mokka/simulators/workload/api/podresources_v1.proto"
+
+
+def compile_api(out: Path) -> tuple[ModuleType, ModuleType]:
+    """``(pb2, pb2_grpc)`` generated from the project's .proto into ``out``."""
+    from grpc_tools import protoc
+
+    rc = protoc.main([
+        "protoc", f"-I{PROTO.parent}", f"--python_out={out}", f"--grpc_python_out={out}",
+        str(PROTO),
+    ])
+    assert rc == 0, f"protoc failed on {PROTO}"
+    sys.path.insert(0, str(out))
+    try:
+        return (importlib.import_module("podresources_v1_pb2"),
+                importlib.import_module("podresources_v1_pb2_grpc"))
+    finally:
+        sys.path.remove(str(out))
+
+
+@attrs.define
+class Pod:
+    namespace: str
+    name: str
+    #: container name -> [(resource name, [device ids])]
+    containers: dict[str, list[tuple[str, list[str]]]]
+    #: container name -> [(driver, device name, [CDI names])] (DRA claims)
+    claims: dict[str, list[tuple[str, str, list[str]]]] = attrs.field(factory=dict)
+
+
+@attrs.define(eq=False)
+class PodResourcesServer:
+    """The server; ``pods``, ``allocatable`` and ``mode`` may change at any time."""
+
+    pb2: ModuleType
+    socket: Path
+    pods: list[Pod] = attrs.field(factory=list)
+    allocatable: list[tuple[str, list[str]]] = attrs.field(factory=list)
+    mode: str = "ok"
+    calls: int = 0
+    #: set at every call (a test clears it, then waits for the next call)
+    called: threading.Event = attrs.field(factory=threading.Event)
+    #: a stalled call returns once this is set
+    release: threading.Event = attrs.field(factory=threading.Event)
+    _server: grpc.Server | None = None
+    _dir_fd: int | None = None
+
+    def list_answer(self):
+        pb2 = self.pb2
+        response = pb2.ListPodResourcesResponse()
+        for pod in self.pods:
+            message = response.pod_resources.add(name=pod.name, namespace=pod.namespace)
+            for cname in sorted(set(pod.containers) | set(pod.claims)):
+                container = message.containers.add(name=cname)
+                for resource, ids in pod.containers.get(cname, []):
+                    container.devices.add(resource_name=resource, device_ids=ids)
+                for driver, device, cdi in pod.claims.get(cname, []):
+                    dynamic = container.dynamic_resources.add(claim_name=f"{cname}-claim")
+                    claim = dynamic.claim_resources.add(driver_name=driver, device_name=device)
+                    for name in cdi:
+                        claim.cdi_devices.add(name=name)
+        return response
+
+    def _handle(self, answer):
+        def handler(request: bytes, context: grpc.ServicerContext) -> bytes:
+            self.calls += 1
+            self.called.set()
+            if self.mode == "garbage":
+                return b"\x0a\xff\xff\xff\xff\x0f"  # a length far past the end
+            if self.mode == "stall":
+                self.release.wait(30)
+            if self.mode == "error":
+                context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
+            return answer().SerializeToString()
+        return grpc.unary_unary_rpc_method_handler(
+            handler, request_deserializer=None, response_serializer=None
+        )
+
+    def _allocatable_answer(self):
+        response = self.pb2.AllocatableResourcesResponse()
+        for resource, ids in self.allocatable:
+            response.devices.add(resource_name=resource, device_ids=ids)
+        return response
+
+    def start(self) -> None:
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "v1.PodResourcesLister",
+            {"List": self._handle(self.list_answer),
+             "GetAllocatableResources": self._handle(self._allocatable_answer)},
+        )])
+        # Bound through the directory's descriptor: a test root's path can be
+        # longer than a unix socket address allows.
+        self._dir_fd = os.open(self.socket.parent, os.O_PATH | os.O_DIRECTORY)
+        server.add_insecure_port(f"unix:/proc/self/fd/{self._dir_fd}/{self.socket.name}")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        self.release.set()
+        if self._server is not None:
+            self._server.stop(grace=None).wait(10)
+            self._server = None
+        self.socket.unlink(missing_ok=True)
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
