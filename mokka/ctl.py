@@ -22,7 +22,8 @@ removes them, and the directories they kept, after a killed daemon.
 The file is the whole interface: ``mokka ctl`` never talks to the daemon,
 so it works from ``kubectl exec`` in the pod, from the host, or from a
 test, with nothing listening.  The daemon recompiles the engine config
-from it, and the library re-reads that at most once a second.
+from it, and the library re-reads that at its next call (the daemon bumps a change
+counter beside the engine config).
 
 Exit status: 0 done; 2 the request was wrong (a bad value, an unknown
 GPU, a change the schema refuses), as for argparse's own usage errors;
@@ -34,7 +35,8 @@ on 2 it must change its call.
 A call imports only what its verb needs (a drill makes one per change):
 nothing of the daemon, and the ``ib-counter`` verb's module only when it
 is named (``_Verbs``); a ``--gpu`` target is checked by reading the engine
-config's identity lines, not by parsing the whole file as YAML.
+config's identity lines (``mokka.ctl_targets``), not by parsing the whole
+file as YAML.
 """
 
 from __future__ import annotations
@@ -44,17 +46,16 @@ import importlib
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from mokka import layout
-from mokka.errors import MokkaError, SpecError
+from mokka.ctl_targets import parse_target
+from mokka.errors import CtlError, MokkaError, SpecError
 from mokka.host import File, Host
 from mokka.settings import LOCAL_ROOT
-from mokka.state import checks
 from mokka.state.device_checks import FAILURE_MODES
 from mokka.state.override_schema import (
     FABRIC_HEALTH,
@@ -72,20 +73,10 @@ from mokka.state.overrides import (
     require_config_dir,
     update_overrides,
 )
-from mokka.state.reader import load_yaml, read_input
+from mokka.state.reader import load_yaml
 
 #: A verb's change to one target's section (``all`` or ``devices[T]``), in place.
 Edit = Callable[[dict[str, Any]], None]
-#: The engine config's lines that name a GPU: ``device.<pos>.index: 3`` and
-#: ``device.<pos>.uuid: "GPU-…"`` (``<pos>`` is the position in the file, not
-#: the index).  The format is one ``key: value`` per line, unindented
-#: (``docs/engine-config.md``), which is how the mock library reads it too.
-_ENGINE_DEVICE_LINE = re.compile(r"^device\.(\d{1,9})\.(index|uuid): *(.*?) *$", re.MULTILINE)
-_ENGINE_FORMAT_LINE = re.compile(r"^format: *(.*?) *$", re.MULTILINE)
-#: The engine config's values ``_engine_gpus`` reads: a decimal index, a
-#: double-quoted string (escapes ``\"`` and ``\\`` only).
-_ENGINE_INT = re.compile(r"\d{1,9}")
-_ENGINE_STRING = re.compile(r'"((?:[^"\\]|\\["\\])*)"')
 #: ``ib-counter`` is defined with the ib simulator, whose import costs more
 #: than everything else ``mokka ctl`` needs: it is built only when named
 #: (``_Verbs``).  Its name and one-line summary are what ``mokka ctl --help``
@@ -100,14 +91,6 @@ DESCRIPTION = (
     "and the mock NVML library pick the change up at once."
 )
 GPU_HELP = "GPU index, 'all', or a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
-
-
-class CtlError(MokkaError):
-    """A bad command line value (exit 2, like argparse's own errors).
-
-    Raised before the file is touched; ``run`` prints it as one
-    ``mokka ctl: error: ...`` line naming the flag.
-    """
 
 
 # ---- arguments -------------------------------------------------------------
@@ -348,91 +331,6 @@ def change(path: Path, host: Host | None,
         path, edit, root=host.root,
         store=lambda text: host.converge(file_owner, [File(layout.OVERRIDES, text, FILE_MODE)]),
     )
-
-
-def parse_target(text: str, path: Path) -> str:
-    """``all``, an index, or a UUID; checked against the engine config when it is readable.
-
-    Returns the key as the overrides file spells it (``device_key``'s
-    normalization: ``"03"`` is ``"3"``, UUIDs lower-case after ``GPU-``).
-    Without a readable engine config nothing can be checked, and a
-    well-formed target is accepted: the daemon may not have staged yet.
-    """
-    text = text.strip()
-    # the engine config sits beside the overrides file (both in driver/config/)
-    known = _engine_gpus(path.with_name("config.yaml"))
-    if text == "all":
-        return "all"
-    # ASCII digits only: ``"²".isdigit()`` holds, but ``int("²")`` raises
-    if text.isascii() and text.isdigit() and len(text) <= 32:
-        if known is not None and int(text) not in known.values():
-            raise CtlError(f"--gpu: no GPU with index {text} on this node "
-                           f"(indices: {', '.join(map(str, sorted(known.values())))})")
-        return str(int(text))
-    if checks.GPU_UUID_RE.fullmatch(text):
-        uuid = "GPU-" + text[4:].lower()
-        if known is not None and uuid not in known:
-            raise CtlError(f"--gpu: no GPU with UUID {text} on this node")
-        return uuid
-    raise CtlError(f"--gpu: {text!r} is not a GPU index, 'all' or a GPU UUID "
-                   "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
-
-
-def _engine_gpus(config: Path) -> dict[str, int] | None:
-    """UUID → index from the engine config, or ``None`` when it cannot tell.
-
-    The engine config is flat, one ``key: value`` per line (``device.<position>.uuid:
-    "GPU-…"``, see ``docs/engine-config.md``): only its ``format`` line and
-    the GPUs' ``index`` and ``uuid`` lines are read, the way the mock library
-    reads them, not the whole file as YAML (some 180 KiB for eight GPUs,
-    most of the time a ``mokka ctl`` call would take).  A file without such
-    lines is read as YAML, for a nested ``devices: [{index, uuid}]`` list.
-    Any surprise in the file gives ``None`` (no check) rather than a guess,
-    so a format change can never make valid targets fail.
-    """
-    try:
-        # Bounded like every input; not followed through a symlink, as it sits
-        # beside the overrides file (under the node root, or wherever --file is).
-        text = read_input(config, "the engine config", root=config.parent) or ""
-    except SpecError:
-        return None
-    flat: dict[str, dict[str, Any]] = {}
-    for position, field, value in _ENGINE_DEVICE_LINE.findall(text):
-        # a later line wins, as in YAML loaders and the library
-        flat.setdefault(position, {})[field] = _engine_value(value)
-    if flat:
-        formats = _ENGINE_FORMAT_LINE.findall(text)
-        # the library refuses a file whose (last) format is not 1
-        if not formats or formats[-1] != "1":
-            return None
-        entries: Any = list(flat.values())
-    else:
-        try:
-            doc = load_yaml(text, str(config))
-        except SpecError:
-            return None
-        entries = doc.get("devices") if isinstance(doc, dict) else None
-    if not isinstance(entries, list):
-        return None
-    found: dict[str, int] = {}
-    for entry in entries:
-        if not isinstance(entry, dict):
-            return None
-        uuid, index = entry.get("uuid"), entry.get("index")
-        if not isinstance(uuid, str) or not isinstance(index, int):
-            return None
-        # the same spelling ``parse_target`` compares with
-        found[uuid.lower().replace("gpu-", "GPU-", 1)] = index
-    return found or None
-
-
-def _engine_value(text: str) -> int | str | None:
-    """An engine config value ``_engine_gpus`` reads: an index or a string; else ``None``."""
-    if _ENGINE_INT.fullmatch(text):
-        return int(text)
-    if match := _ENGINE_STRING.fullmatch(text):
-        return re.sub(r"\\(.)", r"\1", match.group(1))
-    return None
 
 
 def apply(doc: dict[str, Any], target: str, edit: Edit) -> None:

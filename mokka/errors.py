@@ -62,3 +62,11 @@ class HostFaultError(MokkaError):
 
     Not a bug: one line says which path and why, and the pass is retried.
     """
+
+
+class CtlError(MokkaError):
+    """A bad command line value (exit 2, like argparse's own errors).
+
+    Raised before the file is touched; ``run`` prints it as one
+    ``mokka ctl: error: ...`` line naming the flag.
+    """

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mokka import ctl
+from mokka import ctl, ctl_targets
 from mokka.layout import CONFIG_DIR, OVERRIDES
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile
@@ -261,7 +261,7 @@ def test_engine_index_reads_what_yaml_reads(tmp_path: Path, profile: str) -> Non
     doc = yaml.safe_load(text)
     expected = {doc[f"device.{pos}.uuid"]: doc[f"device.{pos}.index"]
                 for pos in range(doc["device_count"])}
-    assert ctl._engine_gpus(config) == expected
+    assert ctl_targets.engine_gpus(config) == expected
 
 
 @pytest.mark.parametrize(("change", "readable"), [
@@ -275,7 +275,7 @@ def test_engine_index_gives_up_on_surprises(tmp_path: Path, change, readable: bo
     text = render_engine_config(compile_profile("l40s", node_name="n"))
     config = tmp_path / "config.yaml"
     config.write_text(change(text))
-    found = ctl._engine_gpus(config)
+    found = ctl_targets.engine_gpus(config)
     if readable:
         # a later line wins, as in YAML loaders and the library
         assert list(found.values()) == [5]

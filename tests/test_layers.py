@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "mokka.daemon": 4,
     "mokka.cli": 5,
     "mokka.ctl": 5,
+    "mokka.ctl_targets": 5,
     "mokka.fabricmanager_ctl": 5,  # a stand-alone command (nv-fabricmanager-ctl style)
     "mokka.__main__": 5,
 }
