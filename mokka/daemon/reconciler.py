@@ -1,4 +1,7 @@
-"""The reconcile loop and its three waves (ARCHITECTURE §3).
+"""The reconcile loop around its three waves (ARCHITECTURE §3).
+
+The waves themselves are functions in ``mokka.daemon.waves``; this module
+sequences them around the barrier and keeps the bookkeeping.
 
 One pass over a ``State``:
 
@@ -51,12 +54,12 @@ import attrs
 import trio
 import trio_util
 
+from mokka.daemon import waves
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.status import DurationSummary, PassResult, ReconcilerStatus, SimulatorOutcome
 from mokka.daemon.supervisor import Supervisor
-from mokka.errors import MokkaError, SpecError
 from mokka.host import Host
-from mokka.simulators.base import Applier, Daemon, Readiness, Retractor, Simulator
+from mokka.simulators.base import Readiness, Simulator
 
 if TYPE_CHECKING:
     from mokka.state.model import State
@@ -245,7 +248,7 @@ class Reconciler:
                         stage_scope.cancel()
 
                     nursery.start_soon(give_way)
-                stage = await self._stage_wave(state)
+                stage = await waves.stage(self.host, self.simulators, state)
                 nursery.cancel_scope.cancel()  # the stage is done: stop watching
         if stage_scope.cancel_called:
             # Also when every stage had finished its last converge by the
@@ -260,9 +263,9 @@ class Reconciler:
         supervise: tuple[SimulatorOutcome, ...] = ()
         apply: tuple[SimulatorOutcome, ...] = ()
         if not any(o.failed for o in stage):
-            supervise = await self._supervise_wave(state)
+            supervise = await waves.supervise(self.supervisor, self.simulators, state)
             if not any(o.failed for o in supervise):
-                apply = await self._apply_wave(state)
+                apply = await waves.apply(self.host, self.simulators, state)
         result = PassResult(
             generation=state.generation,
             content_hash=state.content_hash,
@@ -277,124 +280,6 @@ class Reconciler:
             result = attrs.evolve(result, retry_delay=self.backoff.delay(attempt))
         self._record(result)
         return result
-
-    async def _stage_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
-        """Every simulator's ``stage`` in parallel; collects all outcomes, raises none.
-
-        ``_call`` swallows each ``Exception`` after recording it, so the
-        nursery only ever raises for cancellation.
-        """
-        outcomes: dict[str, SimulatorOutcome] = {}
-        retractors = [sim for sim in self.simulators if isinstance(sim, Retractor)]
-        if retractors:
-            # Before any stage removes a path, what is published stops naming
-            # it (the CDI specs: "before them on the way down").  A failed
-            # retract is that simulator's stage failure: its stage does not run.
-            async with trio.open_nursery() as nursery:
-                for sim in retractors:
-                    retract = sim.retract  # type: ignore[attr-defined]
-                    nursery.start_soon(
-                        self._call, "stage", sim, retract, (self.host, state), outcomes
-                    )
-            outcomes = {name: o for name, o in outcomes.items() if o.failed}
-        async with trio.open_nursery() as nursery:
-            for sim in self.simulators:
-                if sim.name in outcomes:
-                    continue
-                nursery.start_soon(
-                    self._call, "stage", sim, sim.stage, (self.host, state), outcomes
-                )
-        return tuple(outcomes[sim.name] for sim in self.simulators)
-
-    async def _supervise_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
-        """Start each daemon once (in the supervisor's nursery), later reload it.
-
-        Concurrent like the Stage wave and collecting like it: one daemon
-        slow to start (a fabric manager's init delay) does not hold up the
-        others, and every start failure is reported.
-        """
-        if self.supervisor is None:
-            return ()
-        daemons = [sim for sim in self.simulators if isinstance(sim, Daemon)]
-        outcomes: dict[str, SimulatorOutcome] = {}
-        supervisor = self.supervisor
-        async with trio.open_nursery() as nursery:
-            for sim in daemons:
-                call = supervisor.reload if supervisor.is_started(sim.name) else supervisor.start
-                nursery.start_soon(self._call, "supervise", sim, call, (sim, state), outcomes)
-        return tuple(outcomes[sim.name] for sim in daemons)
-
-    async def _apply_wave(self, state: State) -> tuple[SimulatorOutcome, ...]:
-        """The appliers in one plain nursery: the first failure cancels the rest.
-
-        Outcomes of cancelled siblings are recorded as ``cancelled`` (not
-        failures: they did nothing wrong); appliers that never got to run
-        have no outcome.
-        """
-        appliers = [sim for sim in self.simulators if isinstance(sim, Applier)]
-        outcomes: dict[str, SimulatorOutcome] = {}
-        try:
-            async with trio.open_nursery() as nursery:
-                for sim in appliers:
-                    applier: Applier = sim  # type: ignore[assignment]
-                    nursery.start_soon(
-                        self._call, "apply", sim, applier.apply, (self.host, state), outcomes, True
-                    )
-        except* Exception:
-            # Fail fast did its job; every failure is already in ``outcomes``.
-            pass
-        return tuple(outcomes[sim.name] for sim in appliers if sim.name in outcomes)
-
-    async def _call(
-        self,
-        wave: str,
-        sim: Simulator,
-        fn: Callable[..., Awaitable[object]],
-        args: tuple,
-        outcomes: dict[str, SimulatorOutcome],
-        reraise: bool = False,
-    ) -> None:
-        """Run one simulator's part of a wave and record how it went.
-
-        ``reraise`` is the Apply wave's fail fast: the error is recorded
-        *and* raised, so the nursery cancels the siblings.  The note added to
-        the exception names the simulator and wave wherever the traceback
-        ends up (a log line, an exception group).  ``MokkaError``s are the
-        failures simulators raise on purpose and get one warning line;
-        anything else is a bug and gets its traceback.
-        """
-        began = trio.current_time()
-
-        def outcome(**kw: object) -> SimulatorOutcome:
-            return SimulatorOutcome(
-                name=sim.name,
-                wave=wave,
-                started_at=began,
-                duration=trio.current_time() - began,
-                wall=time.time(),
-                **kw,  # type: ignore[arg-type]
-            )
-
-        try:
-            await fn(*args)
-        except trio.Cancelled:
-            # A sibling applier failed first (or the daemon is stopping).
-            outcomes[sim.name] = outcome(ok=False, cancelled=True, error="cancelled")
-            raise
-        except Exception as exc:
-            exc.add_note(f"in the {wave} wave of simulator {sim.name!r}")
-            error = f"{type(exc).__name__}: {exc}"
-            outcomes[sim.name] = outcome(ok=False, error=error, terminal=isinstance(exc, SpecError))
-            extra = {"simulator": sim.name, "wave": wave}
-            if isinstance(exc, MokkaError):
-                # Expected kinds of failure: one line is enough.
-                logger.warning("%s of %s failed: %s", wave, sim.name, error, extra=extra)
-            else:
-                logger.exception("%s of %s failed unexpectedly", wave, sim.name, extra=extra)
-            if reraise:
-                raise
-        else:
-            outcomes[sim.name] = outcome(ok=True)
 
     # ---- bookkeeping --------------------------------------------------
 
