@@ -9,7 +9,10 @@ timed on three boards:
 * **idle**: no workload file, no pattern (every reading is the profile's);
 * **held**: a workload file with two pods holding the GPU (readings derived);
 * **dynamic**: a `dynamics` noise pattern on utilization (readings derived
-  from the pattern at the current CLOCK_REALTIME).
+  from the pattern at the current CLOCK_REALTIME_COARSE tick).
+
+The held and dynamic boards' readings come from the per-tick reading cache
+(docs/workloads.md), so they should cost about what the idle board's do.
 
 Prints ns per call (the best of five rounds) and the ratio to the floor.
 
@@ -103,6 +106,8 @@ int main(int argc, char **argv)
     str_fn name = (str_fn)nvml_symbol("nvmlDeviceGetName");
     uint_fn minor = (uint_fn)nvml_symbol("nvmlDeviceGetMinorNumber");
     proc_fn procs = (proc_fn)nvml_symbol("nvmlDeviceGetComputeRunningProcesses_v3");
+    uint_fn pstate = (uint_fn)nvml_symbol("nvmlDeviceGetPerformanceState");
+    u64_fn energy = (u64_fn)nvml_symbol("nvmlDeviceGetTotalEnergyConsumption");
 
     unsigned u;
     unsigned long long ull;
@@ -133,6 +138,8 @@ int main(int argc, char **argv)
     TIME("nvmlDeviceGetCurrentClocksEventReasons", reasons(dev, &ull));
     unsigned n;
     TIME("nvmlDeviceGetComputeRunningProcesses_v3", (n = 8, procs(dev, &n, infos)));
+    TIME("nvmlDeviceGetPerformanceState", pstate(dev, &u));
+    TIME("nvmlDeviceGetTotalEnergyConsumption", energy(dev, &ull));
     return 0;
 }
 """

@@ -99,15 +99,28 @@ def test_values_stay_within_the_board_limits(native: Path, node_root: Path, tmp_
     assert len({(entry["0"]["util_gpu"], entry["0"]["power_mw"]) for entry in sweep}) > 1
 
 
+def burst(low: float, high: float) -> dict[str, Any]:
+    """A utilization burst of period 10 s: ``high`` for 0..5 s, ``low`` for 5..10 s."""
+    return {"utilization": {"pattern": "burst", "low": low, "high": high, "period_s": 10,
+                            "duty": 0.5}}
+
+
+#: An instant in a ``burst``'s low half, and one in its high half (a burst
+#: starts at each multiple of its period).
+BURST_LOW_HIGH = ((T0 // 10) * 10 + 7, (T0 // 10) * 10 + 4)
+
+
+def low_and_high(native: Path, node_root: Path, profile: Path) -> tuple[dict, dict, Path]:
+    """GPU 0's readings at ``BURST_LOW_HIGH``, and the profile's config written into the root."""
+    config = write_config(node_root, compile_profile(profile, node_name="node-a"))
+    low, high = (entry["0"] for entry in read_at(native, config, *BURST_LOW_HIGH))
+    return low, high, config
+
+
 def test_power_temperature_and_clocks_follow_utilization(native: Path, node_root: Path,
                                                          tmp_path: Path) -> None:
-    dynamics = {"utilization": {"pattern": "burst", "low": 0, "high": 100, "period_s": 10,
-                                "duty": 0.5}}
-    config = write_config(node_root, compile_profile(profile_with(tmp_path, dynamics),
-                                                     node_name="node-a"))
-    # a burst starts at each multiple of the period: 0..5 s busy, 5..10 s idle
-    start = (T0 // 10) * 10
-    idle, busy = (entry["0"] for entry in read_at(native, config, start + 7, start + 4))
+    profile = profile_with(tmp_path, burst(0, 100))
+    idle, busy, _config = low_and_high(native, node_root, profile)
     assert (idle["util_gpu"], busy["util_gpu"]) == (0, 100)
     assert idle["power_mw"] == 68920
     assert busy["power_mw"] == busy["power_limit_mw"]
@@ -177,3 +190,141 @@ def test_bad_dynamics_are_refused_naming_the_field(tmp_path: Path, dynamics: dic
         compile_profile(path, node_name="node-a")
     assert "bad.yaml" in str(info.value)
     assert message in str(info.value)
+
+
+def read_with(native: Path, config: Path, instants: list[float], **env: str) -> list[Any]:
+    """read_at's sweep with extra environment (one process)."""
+    result = subprocess.run(
+        [sys.executable, str(READINGS), *(repr(t) for t in instants)],
+        env=nvml_env(native, config, MOCK_NVML_CLOCK_OVERRIDE=repr(instants[0]), **env),
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["instants"]
+
+
+@pytest.mark.parametrize("dynamics", [
+    NOISY,
+    {"utilization": {"pattern": "ramp", "from": 0, "to": 100, "period_s": 20},
+     "temperature": {"pattern": "ramp", "from": 30, "to": 120, "period_s": 20},
+     "clocks": {"pattern": "noise", "mean": 1500, "amplitude": 1000, "seed": 3}},
+    {"power": {"pattern": "burst", "low": 100, "high": 800, "period_s": 3, "duty": 0.4},
+     "memory": {"pattern": "ramp", "from": 0.1, "to": 0.9, "period_s": 7}},
+], ids=["noise", "ramps", "power-burst"])
+def test_cached_readings_equal_the_formula_at_every_instant(native: Path, node_root: Path,
+                                                             tmp_path: Path,
+                                                             dynamics: dict[str, Any]) -> None:
+    """Readings served from the cache are the ones the formula derives.
+
+    The sweep revisits instants (a cached tick, then another, then the first
+    again) on a board with a pattern and on one that pods hold; with
+    MOCK_NVML_READING_CACHE=0 every reading is derived afresh.
+    """
+    config = write_config(node_root, compile_profile(profile_with(tmp_path, dynamics),
+                                                     node_name="node-a"))
+    (config.parent / "workload.yaml").write_text(
+        "format: 1\nworkload.memory_share_per_holder: 0.3\n"
+        "workload.utilization_per_holder: 45\ndevice_count: 8\n"
+        'device.5.process_count: 1\ndevice.5.process.0.pid: 200001\n'
+        'device.5.process.0.name: "k8s:a/b/c"\n')
+    base = [T0 + 0.37 * i for i in range(12)]
+    instants = base + base[::-1] + [base[3], base[3], base[7], base[3]]
+    cached = read_with(native, config, instants)
+    fresh = read_with(native, config, instants, MOCK_NVML_READING_CACHE="0")
+    assert cached == fresh
+    assert len({entry["0"]["util_gpu"] for entry in cached} |
+               {entry["0"]["power_mw"] for entry in cached}) > 2
+    assert cached[0]["5"]["processes"][0]["pid"] == 200001
+
+
+PSTATES = r"""
+import json, os, sys
+import pynvml as nv
+nv.nvmlInit()
+out = []
+for instant in sys.argv[1:]:
+    os.environ["MOCK_NVML_CLOCK_OVERRIDE"] = instant
+    out.append([[nv.nvmlDeviceGetPerformanceState(h), nv.nvmlDeviceGetPowerState(h)]
+                for h in map(nv.nvmlDeviceGetHandleByIndex, range(nv.nvmlDeviceGetCount()))])
+print(json.dumps(out))
+"""
+
+
+def pstates(native: Path, config: Path, *instants: float) -> list[list[list[int]]]:
+    """[performance state, power state] of every GPU at each instant."""
+    result = subprocess.run([sys.executable, "-c", PSTATES, *(repr(t) for t in instants)],
+                            env=nvml_env(native, config, MOCK_NVML_CLOCK_OVERRIDE=repr(T0)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def smi_pstate(smi: Path, native: Path, config: Path, instant: float) -> str:
+    """nvidia-smi -q's "Performance State" of GPU 0 at a pinned instant."""
+    result = subprocess.run([str(smi), "-q", "-i", "0"],
+                            env=nvml_env(native, config, MOCK_NVML_CLOCK_OVERRIDE=repr(instant)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    states = [line.split(":", 1)[1].strip() for line in result.stdout.splitlines()
+              if line.strip().startswith("Performance State")]
+    assert len(states) == 1, result.stdout
+    return states[0]
+
+
+def idle_in_p8(tmp_path: Path, dynamics: dict[str, Any] | None) -> Path:
+    """The h100 profile with P8 as its (idle) performance and power state."""
+    doc = yaml.safe_load(read_profile_text("h100")[1])
+    doc["device_defaults"]["performance_state"] = "P8"
+    doc["device_defaults"]["power"]["power_state"] = "P8"
+    if dynamics is not None:
+        doc["device_defaults"]["dynamics"] = dynamics
+    path = tmp_path / "p8.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_the_performance_state_follows_the_load_unless_pinned(native: Path, smi: Path,
+                                                              node_root: Path,
+                                                              tmp_path: Path) -> None:
+    burst = {"utilization": {"pattern": "burst", "low": 3, "high": 90, "period_s": 10,
+                             "duty": 0.5}}
+    profile = idle_in_p8(tmp_path, burst)
+    config = write_config(node_root, compile_profile(profile, node_name="node-a"))
+    busy, idle = T0 + 4, T0 + 7  # 90 % and 3 % (under the 5 % threshold)
+    assert pstates(native, config, busy, idle) == [[[0, 0]] * 8, [[8, 8]] * 8]
+    assert (smi_pstate(smi, native, config, busy), smi_pstate(smi, native, config, idle)) == (
+        "P0", "P8")
+
+    # `mokka ctl pstate --gpu 0 --state P2` wins over the load
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text(yaml.safe_dump({"version": 1, "devices": {
+        "0": {"performance_state": "P2", "power": {"power_state": "P2"}}}}))
+    config = write_config(node_root, compile_profile(profile, node_name="node-a",
+                                                     overrides=overrides))
+    assert pstates(native, config, busy, idle) == [[[2, 2]] + [[0, 0]] * 7,
+                                                   [[2, 2]] + [[8, 8]] * 7]
+    assert (smi_pstate(smi, native, config, busy), smi_pstate(smi, native, config, idle)) == (
+        "P2", "P2")
+
+    # `mokka ctl set --gpu 1 performance_state=P3` alone pins both getters too
+    overrides.write_text(yaml.safe_dump({"version": 1, "devices": {
+        "1": {"performance_state": "P3"}}}))
+    config = write_config(node_root, compile_profile(profile, node_name="node-a",
+                                                     overrides=overrides))
+    assert pstates(native, config, busy, idle) == [[[0, 0], [3, 3]] + [[0, 0]] * 6,
+                                                   [[8, 8], [3, 3]] + [[8, 8]] * 6]
+
+    # an idle board without a pattern stays in its profile's state
+    config = write_config(node_root, compile_profile(idle_in_p8(tmp_path, None),
+                                                     node_name="node-a"))
+    assert pstates(native, config, busy) == [[[8, 8]] * 8]
+
+
+def test_a_board_under_the_busy_threshold_runs_its_idle_clock(native: Path, node_root: Path,
+                                                             tmp_path: Path) -> None:
+    """The SM clock and the P-state agree: at 3 % (at most 5 %: the idle state) the board
+    runs the profile's idle clock, not boost; at 6 % it is busy and boosts."""
+    low, high, config = low_and_high(native, node_root, idle_in_p8(tmp_path, burst(3, 6)))
+    assert (low["util_gpu"], high["util_gpu"]) == (3, 6)
+    assert low["sm_clock_mhz"] == 345  # h100's idle sm_current
+    assert high["sm_clock_mhz"] == high["sm_max_mhz"] == 1980
+    assert pstates(native, config, *BURST_LOW_HIGH) == [[[8, 8]] * 8, [[0, 0]] * 8]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,19 +22,25 @@ from typing import Any
 
 import pytest
 import trio
+import yaml
 
 from mokka import layout
-from mokka.host import Host
+from mokka.host import File, Host
+from mokka.simulators.gpudriver import notice
+from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.nvml_support import nvml_env, write_config
+from mokka.state.profile import read_profile_text
+from tests.nvml_support import compiler, load_target, nvml_env, write_config
 from tests.podresources_support import Pod, PodResourcesServer, compile_api
+from tests.support import require_tool
 
 SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
 READINGS = Path(__file__).resolve().parent / "nvml_readings_probe.py"
 SMI_QUERY = "--query-gpu=index,memory.used,utilization.gpu,power.draw,temperature.gpu"
 SMI_APPS = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
+HAMMER = Path(__file__).resolve().parent / "nvml_hammer.c"
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +276,169 @@ def test_readings_feed_samples_fields_process_utilization_and_nvlink(
     assert held["graphics"] == idle["graphics"] == []  # pods run compute processes
     # NVLink traffic accrues at the utilization's share of the bandwidth
     assert idle["nvlink_tx_kib"] == 0 < held["nvlink_tx_kib"]
+
+
+def holders_file(device: int, count: int, share: float = 0.4, util: int = 60) -> str:
+    lines = [f"format: 1\nworkload.memory_share_per_holder: {share}\n"
+             f"workload.utilization_per_holder: {util}\ndevice_count: 8\n"
+             f"device.{device}.process_count: {count}\n"]
+    lines += [f'device.{device}.process.{i}.pid: {300000 + i}\n'
+              f'device.{device}.process.{i}.name: "k8s:ns/pod-{i}/main"\n' for i in range(count)]
+    return "".join(lines)
+
+
+def test_every_holder_is_listed_however_many_hold_the_gpu(native: Path, node_root: Path,
+                                                           h100: State) -> None:
+    """Past the lock-free table's 64 PIDs the list is read from the file itself."""
+    config = write_config(node_root, h100)
+    for count in (1, 64, 65, 150):
+        (config.parent / "workload.yaml").write_text(holders_file(2, count, share=0.001))
+        nvml = pynvml_readings(native, config)["2"]
+        assert [p["pid"] for p in nvml["processes"]] == [300000 + i for i in range(count)]
+        assert nvml["processes"][-1]["name"] == f"k8s:ns/pod-{count - 1}/main"
+        assert {p["used"] for p in nvml["processes"]} == {int(nvml["memory_total"] * 0.001)}
+
+
+def test_a_held_board_runs_in_p0_and_nvidia_smi_agrees(native: Path, smi: Path,
+                                                       node_root: Path, tmp_path: Path) -> None:
+    doc = yaml.safe_load(read_profile_text("h100")[1])
+    doc["device_defaults"]["performance_state"] = "P8"
+    doc["device_defaults"]["power"]["power_state"] = "P8"
+    (tmp_path / "p8.yaml").write_text(yaml.safe_dump(doc))
+    config = write_config(node_root, compile_profile(tmp_path / "p8.yaml", node_name="node-a"))
+    (config.parent / "workload.yaml").write_text(holders_file(3, 1))
+    script = ("import json, pynvml as nv\nnv.nvmlInit()\n"
+              "handles = map(nv.nvmlDeviceGetHandleByIndex, range(8))\n"
+              "print(json.dumps([nv.nvmlDeviceGetPerformanceState(h) for h in handles]))\n")
+    result = subprocess.run([sys.executable, "-c", script], env=nvml_env(native, config),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [8, 8, 8, 0, 8, 8, 8, 8]
+    rows = smi_csv(smi, native, config, "--query-gpu=index,pstate")
+    assert rows == [[str(i), "P0" if i == 3 else "P8"] for i in range(8)]
+    table = smi_text(smi, native, config, "-q", "-i", "3")
+    assert [line.split(":")[1].strip() for line in table.splitlines()
+            if line.strip().startswith("Performance State")] == ["P0"]
+
+
+#: One NVML call per line read, with the clock pinned (one tick for ever):
+#: ``util`` (GPU percent of device 0) or ``procs`` (its compute processes).
+PINNED_READER = r"""
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+assert lib.nvmlInit_v2() == 0
+handle = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+rates = (ctypes.c_uint * 2)()
+count = ctypes.c_uint()
+print("READY", flush=True)
+for line in sys.stdin:
+    if line.strip() == "util":
+        assert lib.nvmlDeviceGetUtilizationRates(handle, rates) == 0
+        print(rates[0], flush=True)
+    else:
+        count.value = 0
+        code = lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), None)
+        assert code in (0, 7)  # success, or insufficient size: a size query
+        print(count.value, flush=True)
+"""
+
+
+def test_a_bump_is_seen_by_the_next_call_even_within_one_clock_tick(native: Path,
+                                                                   tmp_path: Path) -> None:
+    """The readings cache is keyed by the workload file and the config, not only the clock."""
+    host = Host(tmp_path / "root")
+    host.root.mkdir()
+    owner = "cache-test"
+    state = compile_profile("h100", node_name="node-a")
+    notice.converge_announced(host, owner,
+                              [File(layout.ENGINE_CONFIG, render_engine_config(state))])
+    config = host.resolve(layout.ENGINE_CONFIG)
+    workload = config.parent / "workload.yaml"
+    env = nvml_env(native, config, MOCK_NVML_CLOCK_OVERRIDE="1795996800.0",
+                   MOCK_NVML_RECHECK_INTERVAL_MS="3600000")
+    with subprocess.Popen([sys.executable, "-c", PINNED_READER,
+                           str(native / "libnvidia-ml.so.1")], env=env, text=True,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as reader:
+        assert reader.stdin is not None
+        assert reader.stdout is not None
+
+        def call(command: str) -> int:
+            reader.stdin.write(command + "\n")
+            reader.stdin.flush()
+            return int(reader.stdout.readline())
+
+        def place(text: str) -> None:
+            workload.with_suffix(".tmp").write_text(text)
+            os.replace(workload.with_suffix(".tmp"), workload)
+            notice.bump(host)
+
+        try:
+            assert reader.stdout.readline().strip() == "READY"
+            assert (call("util"), call("procs")) == (0, 0)
+            place(holders_file(0, 1, util=35))
+            assert (call("util"), call("procs")) == (35, 1)
+            place(holders_file(0, 2, util=35))
+            assert (call("util"), call("procs")) == (70, 2)
+            # a new config (a pattern beats the holders) within the same tick
+            doc = yaml.safe_load(read_profile_text("h100")[1])
+            doc["device_defaults"]["dynamics"] = {
+                "utilization": {"pattern": "steady", "value": 12}}
+            (tmp_path / "steady.yaml").write_text(yaml.safe_dump(doc))
+            notice.converge_announced(host, owner, [File(
+                layout.ENGINE_CONFIG, render_engine_config(
+                    compile_profile(tmp_path / "steady.yaml", node_name="node-a")))])
+            assert (call("util"), call("procs")) == (12, 2)
+            workload.unlink()
+            notice.bump(host)
+            assert (call("procs"), call("util")) == (0, 12)
+        finally:
+            reader.stdin.close()
+            assert reader.wait(timeout=60) == 0
+            workload.unlink(missing_ok=True)
+            host.discard(owner)
+
+
+def test_eight_threads_on_held_and_moving_boards_run_clean_under_valgrind(
+    native: Path, tmp_path: Path,
+) -> None:
+    """The readings cache and the lock-free holder tables under contention.
+
+    tests/nvml_hammer.c's threads read memory and temperature (derived
+    readings) of every GPU, each moving with a noise pattern, while the
+    workload file that holds some of them is replaced under them.
+    """
+    valgrind = require_tool("valgrind")
+    header = load_target("nvml")._exports().find_header()
+    driver = tmp_path / "nvml_hammer"
+    subprocess.run([compiler(), "-O1", "-g", "-Wall", "-Werror", f"-I{header.parent}",
+                    str(HAMMER), "-o", str(driver), f"-L{native}", "-l:libnvidia-ml.so.1",
+                    "-pthread"], check=True)
+    doc = yaml.safe_load(read_profile_text("h100")[1])
+    doc["device_defaults"]["dynamics"] = {
+        "step_s": 0.01, "utilization": {"pattern": "noise", "mean": 50, "amplitude": 50,
+                                        "seed": 5}}
+    (tmp_path / "moving.yaml").write_text(yaml.safe_dump(doc))
+    config = write_config(tmp_path, compile_profile(tmp_path / "moving.yaml",
+                                                    node_name="worker-1"))
+    workload = config.parent / "workload.yaml"
+    workload.write_text(holders_file(2, 3))
+    child = subprocess.Popen(
+        [valgrind, "--error-exitcode=1", "--leak-check=full", "--errors-for-leak-kinds=definite",
+         "--quiet", str(driver), "8", "1.5"],
+        env=nvml_env(native, config, MOCK_NVML_RECHECK_INTERVAL_MS="0"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "RUNNING"
+        for count in (1, 70, 0, 2):
+            tmp = workload.with_suffix(".tmp")
+            tmp.write_text(holders_file(4, count))
+            os.replace(tmp, workload)
+        stdout, stderr = child.communicate(timeout=300)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, stderr[-4000:]
+    assert "failures=0" in stdout

@@ -13,37 +13,12 @@
  */
 #include "mock.h"
 
-nvmlReturn_t mock_begin(struct mock_call *call, nvmlDevice_t device, enum mock_guard guard)
-{
-    call->cfg = mock_acquire();
-    if (call->cfg == NULL)
-        return NVML_ERROR_UNINITIALIZED;
-    if (!mock_handle_pos(device, &call->pos) || call->pos >= call->cfg->device_count) {
-        mock_end(call);
-        return NVML_ERROR_INVALID_ARGUMENT;
-    }
-    if (guard == MOCK_GUARDED && mock_failure_armed(call->cfg, call->pos)) {
-        nvmlReturn_t r = mock_failure_check(call->cfg, call->pos);
-        if (r != NVML_SUCCESS) {
-            mock_end(call);
-            return r;
-        }
-    }
-    return NVML_SUCCESS;
-}
-
-void mock_end(struct mock_call *call)
-{
-    mock_release(call->cfg);
-    call->cfg = NULL;
-}
-
 /* Runs `read` under one call; its 0 (the profile lacks the values) is
  * NOT_SUPPORTED.  Only `read` writes, and it leaves a caller's output
  * untouched when it returns 0, so a failed call changes nothing, as
  * NVML's do. */
-static nvmlReturn_t read_call(nvmlDevice_t device, enum mock_guard guard, mock_reader read,
-                              void *arg)
+__attribute__((always_inline)) static inline nvmlReturn_t
+read_call(nvmlDevice_t device, enum mock_guard guard, mock_reader read, void *arg)
 {
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, guard);
@@ -66,6 +41,7 @@ nvmlReturn_t mock_read(nvmlDevice_t device, mock_reader read, void *out)
  * uses the members its type needs. */
 struct field_read {
     const char *field;
+    enum mock_key key; /* the *_key getters */
     void *out;
     const struct mock_enum_name *table; /* enums */
     size_t count;
@@ -89,6 +65,18 @@ static int read_int(const struct mock_config *cfg, unsigned pos, void *arg)
 {
     const struct field_read *f = arg;
     return mock_dev_int(cfg, pos, f->field, f->out);
+}
+
+static int read_uint_key(const struct mock_config *cfg, unsigned pos, void *arg)
+{
+    const struct field_read *f = arg;
+    return mock_key_uint(cfg, pos, f->key, f->out);
+}
+
+static int read_int_key(const struct mock_config *cfg, unsigned pos, void *arg)
+{
+    const struct field_read *f = arg;
+    return mock_key_int(cfg, pos, f->key, f->out);
 }
 
 static int read_enable(const struct mock_config *cfg, unsigned pos, void *arg)
@@ -134,8 +122,8 @@ static int read_constant_u64(const struct mock_config *cfg, unsigned pos, void *
 
 /* The shared front of the typed getters: NVML rejects a NULL output
  * before it looks at the handle. */
-static nvmlReturn_t typed_call(nvmlDevice_t device, enum mock_guard guard, mock_reader read,
-                               struct field_read *f)
+__attribute__((always_inline)) static inline nvmlReturn_t
+typed_call(nvmlDevice_t device, enum mock_guard guard, mock_reader read, struct field_read *f)
 {
     if (f->out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -158,6 +146,17 @@ nvmlReturn_t mock_int_field(nvmlDevice_t device, enum mock_guard guard, const ch
                             int *out)
 {
     return typed_call(device, guard, read_int, &(struct field_read){.field = field, .out = out});
+}
+
+nvmlReturn_t mock_uint_key(nvmlDevice_t device, enum mock_guard guard, enum mock_key key,
+                           unsigned int *out)
+{
+    return typed_call(device, guard, read_uint_key, &(struct field_read){.key = key, .out = out});
+}
+
+nvmlReturn_t mock_int_key(nvmlDevice_t device, enum mock_guard guard, enum mock_key key, int *out)
+{
+    return typed_call(device, guard, read_int_key, &(struct field_read){.key = key, .out = out});
 }
 
 nvmlReturn_t mock_enable_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
@@ -190,19 +189,34 @@ nvmlReturn_t mock_constant_u64(nvmlDevice_t device, enum mock_guard guard,
                       &(struct field_read){.out = out, .value = value});
 }
 
-nvmlReturn_t mock_string_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
-                               char *buf, unsigned int length)
+/* The string getters' one call: `key` names the field, else `field`.  Not
+ * a reader: the copy has its own errors (INSUFFICIENT_SIZE), and it checks
+ * buf only after the handle, as the string getters always have. */
+static nvmlReturn_t string_call(nvmlDevice_t device, enum mock_guard guard, const char *field,
+                                enum mock_key key, char *buf, unsigned int length)
 {
-    /* Not a reader: the copy has its own errors (INSUFFICIENT_SIZE), and
-     * it checks buf only after the handle, as the string getters always
-     * have. */
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, guard);
     if (r != NVML_SUCCESS)
         return r;
-    r = mock_copy_out(mock_dev_get(c.cfg, c.pos, field), buf, length);
+    const char *value = field != NULL           ? mock_dev_get(c.cfg, c.pos, field)
+                        : key < MOCK_KEY_COUNT ? mock_key_value(c.cfg, c.pos, key)->text
+                                               : NULL;
+    r = mock_copy_out(value, buf, length);
     mock_end(&c);
     return r;
+}
+
+nvmlReturn_t mock_string_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
+                               char *buf, unsigned int length)
+{
+    return string_call(device, guard, field, MOCK_KEY_COUNT, buf, length);
+}
+
+nvmlReturn_t mock_string_key(nvmlDevice_t device, enum mock_guard guard, enum mock_key key,
+                             char *buf, unsigned int length)
+{
+    return string_call(device, guard, NULL, key, buf, length);
 }
 
 /* A current/pending pair: the fields to read and the two answers. */

@@ -5,20 +5,21 @@
  * values either bare (numbers, booleans, words) or double-quoted strings
  * whose only escapes are \" and \\.  Parsing makes one owned copy of the
  * text and splits it in place, so a snapshot is two allocations plus the
- * entry table and a hash table over the device fields: a device field (what
- * every getter reads) is one hash and, nearly always, one comparison; any
- * other key is a binary search.  Every length is checked, and
- * anything malformed rejects the whole file (the library then keeps the
- * previous good snapshot, or fails nvmlInit when there is none).
+ * entry table and the lookup tables over it (lookup.c).  Every length is
+ * checked, and anything malformed rejects the whole file (the library then
+ * keeps the previous good snapshot, or fails nvmlInit when there is none).
+ *
+ * This file owns the text: reading the file, splitting it into sorted,
+ * unique entries and freeing a snapshot.  Finding a key in the entries is
+ * lookup.c's, and what a value means (numbers, booleans, words) is
+ * values.c's: the parser runs once per file, they run at every call.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,11 +37,6 @@ static int compare_items(const void *a, const void *b)
     if (c != 0)
         return c;
     return x->line < y->line ? -1 : x->line > y->line;
-}
-
-static int compare_key(const void *key, const void *entry)
-{
-    return strcmp((const char *)key, ((const struct mock_entry *)entry)->key);
 }
 
 static int valid_key_char(char c)
@@ -175,64 +171,6 @@ static int build_table(struct mock_config *cfg, char *err, size_t errlen)
     return 1;
 }
 
-static size_t prefix_run(const struct mock_config *cfg, const char *prefix, size_t *first_out);
-
-/* The hash of a device field: eight bytes at a time (one multiply each),
- * the position folded in, then a final mix.  Cheaper than the binary
- * search's string comparisons it replaces, even for long fields. */
-static inline unsigned long long field_hash(const char *field, unsigned pos)
-{
-    size_t len = strlen(field);
-    unsigned long long h = 0x9E3779B97F4A7C15ULL ^ ((unsigned long long)pos << 32) ^ len;
-    for (; len >= 8; len -= 8, field += 8) {
-        unsigned long long word;
-        memcpy(&word, field, 8);
-        h = (h ^ word) * 0xff51afd7ed558ccdULL;
-    }
-    /* the last 0..7 bytes in at most two loads (overlapping: len is in h) */
-    unsigned long long tail = 0;
-    if (len >= 4) {
-        unsigned int lo, hi;
-        memcpy(&lo, field, 4);
-        memcpy(&hi, field + len - 4, 4);
-        tail = (unsigned long long)hi << 32 | lo;
-    } else if (len > 0) {
-        const unsigned char *p = (const unsigned char *)field;
-        tail = (unsigned long long)p[0] << 16 | (unsigned)p[len / 2] << 8 | p[len - 1];
-    }
-    h ^= tail;
-    /* a multiply carries bits upwards only: fold the high half down (fmix64) */
-    h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 33);
-}
-
-/* Builds the device-field hash table (at most half full).  Without memory
- * for it, lookups fall back to searching each device's run. */
-static void build_slots(struct mock_config *cfg)
-{
-    size_t keys = 0;
-    for (unsigned pos = 0; pos < cfg->device_count; pos++)
-        keys += cfg->dev_keys[pos];
-    size_t size = 16;
-    while (size < 2 * keys)
-        size *= 2;
-    cfg->slots = calloc(size, sizeof *cfg->slots);
-    if (cfg->slots == NULL)
-        return;
-    cfg->slot_mask = size - 1;
-    for (unsigned pos = 0; pos < cfg->device_count; pos++) {
-        for (unsigned i = cfg->dev_first[pos]; i < cfg->dev_first[pos] + cfg->dev_keys[pos];
-             i++) {
-            unsigned long long h = field_hash(cfg->entries[i].key + cfg->dev_prefix[pos], pos);
-            size_t at = h & cfg->slot_mask;
-            while (cfg->slots[at].index != 0)
-                at = (at + 1) & cfg->slot_mask;
-            cfg->slots[at].index = i + 1;
-            cfg->slots[at].tag = (unsigned)(h >> 32);
-        }
-    }
-}
-
 struct mock_config *mock_config_parse(const char *text, size_t len, const char *dir, char *err,
                                       size_t errlen)
 {
@@ -276,15 +214,11 @@ struct mock_config *mock_config_parse(const char *text, size_t len, const char *
         return NULL;
     }
     cfg->device_count = (unsigned)count;
-    for (unsigned pos = 0; pos < cfg->device_count; pos++) {
-        char prefix[32];
-        size_t first;
-        int n = snprintf(prefix, sizeof prefix, "device.%u.", pos);
-        cfg->dev_keys[pos] = (unsigned)prefix_run(cfg, prefix, &first);
-        cfg->dev_first[pos] = (unsigned)first;
-        cfg->dev_prefix[pos] = (unsigned char)n;
+    if (!mock_config_index(cfg)) {
+        snprintf(err, errlen, "out of memory");
+        mock_config_free(cfg);
+        return NULL;
     }
-    build_slots(cfg);
     cfg->refs = 1;
     return cfg;
 }
@@ -295,289 +229,11 @@ void mock_config_free(struct mock_config *cfg)
         return;
     for (unsigned pos = 0; pos < MOCK_MAX_DEVICES; pos++)
         mock_board_free(cfg->boards[pos]);
+    free(cfg->values);
     free(cfg->slots);
     free(cfg->entries);
     free(cfg->text);
     free(cfg);
-}
-
-const char *mock_cfg_get(const struct mock_config *cfg, const char *key)
-{
-    const struct mock_entry *e =
-        bsearch(key, cfg->entries, cfg->count, sizeof *cfg->entries, compare_key);
-    return e ? e->value : NULL;
-}
-
-const char *mock_dev_get(const struct mock_config *cfg, unsigned pos, const char *field)
-{
-    if (pos < cfg->device_count && pos < MOCK_MAX_DEVICES && cfg->slots != NULL) {
-        unsigned long long h = field_hash(field, pos);
-        size_t skip = cfg->dev_prefix[pos];
-        unsigned first = cfg->dev_first[pos], end = first + cfg->dev_keys[pos];
-        for (size_t at = h & cfg->slot_mask; cfg->slots[at].index != 0;
-             at = (at + 1) & cfg->slot_mask) {
-            const struct mock_slot *slot = &cfg->slots[at];
-            unsigned i = slot->index - 1;
-            /* the tag makes a string comparison rare unless it is the key;
-             * the run check keeps another device's equal field out */
-            if (slot->tag == (unsigned)(h >> 32) && i >= first && i < end &&
-                strcmp(field, cfg->entries[i].key + skip) == 0)
-                return cfg->entries[i].value;
-        }
-        return NULL;
-    }
-    if (pos < cfg->device_count && pos < MOCK_MAX_DEVICES) {
-        /* Search the device's run of keys for the field alone. */
-        size_t lo = cfg->dev_first[pos], hi = lo + cfg->dev_keys[pos], skip = cfg->dev_prefix[pos];
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            int c = strcmp(field, cfg->entries[mid].key + skip);
-            if (c == 0)
-                return cfg->entries[mid].value;
-            if (c < 0)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        return NULL;
-    }
-    char key[MOCK_MAX_KEY + 1];
-    int n = snprintf(key, sizeof key, "device.%u.%s", pos, field);
-    if (n < 0 || (size_t)n >= sizeof key)
-        return NULL;
-    return mock_cfg_get(cfg, key);
-}
-
-/* Number of entries whose key starts with `prefix` (and in *first_out,
- * optional, where they start).  Keys are sorted and cutting keys to a
- * prefix's length keeps their order, so the entries sharing it are one
- * run, found with two binary searches. */
-static size_t prefix_run(const struct mock_config *cfg, const char *prefix, size_t *first_out)
-{
-    size_t len = strlen(prefix), lo = 0, hi = cfg->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (strncmp(cfg->entries[mid].key, prefix, len) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    size_t first = lo;
-    hi = cfg->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (strncmp(cfg->entries[mid].key, prefix, len) <= 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (first_out != NULL)
-        *first_out = first;
-    return lo - first;
-}
-
-static size_t prefix_count(const struct mock_config *cfg, const char *prefix)
-{
-    return prefix_run(cfg, prefix, NULL);
-}
-
-int mock_cfg_list_len(const struct mock_config *cfg, const char *count_key,
-                      const char *items_prefix, unsigned *out)
-{
-    unsigned long long count;
-    if (!mock_cfg_u64(cfg, count_key, &count))
-        return 0;
-    size_t items = prefix_count(cfg, items_prefix);
-    if (items > 0 && strncmp(count_key, items_prefix, strlen(items_prefix)) == 0)
-        items--; /* the count itself is no item */
-    if (count > items)
-        count = items;
-    *out = count > 0xffffffffULL ? 0xffffffffu : (unsigned)count;
-    return 1;
-}
-
-int mock_dev_list_len(const struct mock_config *cfg, unsigned pos, const char *list,
-                      unsigned *out)
-{
-    char count_key[MOCK_MAX_KEY + 1], items_prefix[MOCK_MAX_KEY + 1];
-    int n = snprintf(count_key, sizeof count_key, "device.%u.%s.count", pos, list);
-    int m = snprintf(items_prefix, sizeof items_prefix, "device.%u.%s.", pos, list);
-    if (n < 0 || (size_t)n >= sizeof count_key || m < 0 || (size_t)m >= sizeof items_prefix)
-        return 0;
-    return mock_cfg_list_len(cfg, count_key, items_prefix, out);
-}
-
-int mock_parse_u64(const char *value, unsigned long long *out)
-{
-    /* Digits only, or 0x and hex digits: strtoull alone would also take
-     * leading blanks and a sign, and read " -1" as 2^64 - 1. */
-    if (value == NULL || !isdigit((unsigned char)value[0]))
-        return 0;
-    /* Up to 19 digits cannot overflow: the common case, without strtoull. */
-    unsigned long long quick = 0;
-    size_t digits = 0;
-    while (digits < 20 && isdigit((unsigned char)value[digits]))
-        quick = quick * 10 + (unsigned)(value[digits++] - '0');
-    if (value[digits] == '\0' && digits <= 19) {
-        *out = quick;
-        return 1;
-    }
-    int base = (value[0] == '0' && (value[1] == 'x' || value[1] == 'X')) ? 16 : 10;
-    if (base == 16 && !isxdigit((unsigned char)value[2]))
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(value, &end, base);
-    if (errno != 0 || *end != '\0')
-        return 0;
-    *out = v;
-    return 1;
-}
-
-int mock_parse_i64(const char *value, long long *out)
-{
-    /* An optional minus, then digits: no blanks, no plus (as above). */
-    if (value == NULL || !isdigit((unsigned char)(value[0] == '-' ? value[1] : value[0])))
-        return 0;
-    char *end;
-    errno = 0;
-    long long v = strtoll(value, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return 0;
-    *out = v;
-    return 1;
-}
-
-int mock_parse_bool(const char *value, int *out)
-{
-    static const char *const yes[] = {"true", "enabled", "yes", "on", "1"};
-    static const char *const no[] = {"false", "disabled", "no", "off", "0"};
-    if (value == NULL)
-        return 0;
-    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
-        if (strcasecmp(value, yes[i]) == 0) {
-            *out = 1;
-            return 1;
-        }
-        if (strcasecmp(value, no[i]) == 0) {
-            *out = 0;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-int mock_cfg_u64(const struct mock_config *cfg, const char *key, unsigned long long *out)
-{
-    return mock_parse_u64(mock_cfg_get(cfg, key), out);
-}
-
-/* Typed lookups of a moving quantity (utilization, power draw, GPU
- * temperature, current SM clock, memory used, clocks event reasons) answer
- * the effective reading of dynamics.c instead of the profile's idle value:
- * every getter, field value, sample, meter and GPM gauge then reads one
- * derivation, and none of them has to know that readings move.  A device
- * with no workload and no pattern reads its profile values unchanged. */
-int mock_dev_u64(const struct mock_config *cfg, unsigned pos, const char *field,
-                 unsigned long long *out)
-{
-    long long reading;
-    if (mock_reading_field(cfg, pos, field, &reading)) {
-        if (reading < 0)
-            return 0;
-        *out = (unsigned long long)reading;
-        return 1;
-    }
-    return mock_parse_u64(mock_dev_get(cfg, pos, field), out);
-}
-
-int mock_dev_raw_u64(const struct mock_config *cfg, unsigned pos, const char *field,
-                     unsigned long long *out)
-{
-    return mock_parse_u64(mock_dev_get(cfg, pos, field), out);
-}
-
-int mock_dev_uint(const struct mock_config *cfg, unsigned pos, const char *field, unsigned *out)
-{
-    unsigned long long v;
-    if (!mock_dev_u64(cfg, pos, field, &v) || v > 0xffffffffULL)
-        return 0;
-    *out = (unsigned)v;
-    return 1;
-}
-
-int mock_dev_int(const struct mock_config *cfg, unsigned pos, const char *field, int *out)
-{
-    long long v;
-    if (mock_reading_field(cfg, pos, field, &v)) {
-        *out = (int)v; /* readings are small: temperatures */
-        return 1;
-    }
-    if (!mock_parse_i64(mock_dev_get(cfg, pos, field), &v) || v < -2147483647LL - 1 ||
-        v > 2147483647LL)
-        return 0;
-    *out = (int)v;
-    return 1;
-}
-
-int mock_dev_bool(const struct mock_config *cfg, unsigned pos, const char *field, int *out)
-{
-    long long reading;
-    if (mock_reading_field(cfg, pos, field, &reading)) {
-        *out = reading != 0;
-        return 1;
-    }
-    return mock_parse_bool(mock_dev_get(cfg, pos, field), out);
-}
-
-int mock_dev_double(const struct mock_config *cfg, unsigned pos, const char *field, double *out)
-{
-    return mock_parse_double(mock_dev_get(cfg, pos, field), out);
-}
-
-int mock_parse_double(const char *value, double *out)
-{
-    if (value == NULL || *value == '\0')
-        return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(value, &end);
-    if (errno != 0 || *end != '\0' || !isfinite(v))
-        return 0; /* "nan" and "inf" are no numbers a profile means */
-    *out = v;
-    return 1;
-}
-
-int mock_dev_is(const struct mock_config *cfg, unsigned pos, const char *field,
-                const char *expected)
-{
-    const char *value = mock_dev_get(cfg, pos, field);
-    return value != NULL && strcasecmp(value, expected) == 0;
-}
-
-int mock_enum_lookup(const char *value, const struct mock_enum_name *table, size_t n,
-                     unsigned *out)
-{
-    for (size_t i = 0; value != NULL && i < n; i++) {
-        if (strcasecmp(value, table[i].name) == 0) {
-            *out = table[i].value;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-nvmlReturn_t mock_copy_out(const char *value, char *buf, unsigned int length)
-{
-    if (buf == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (value == NULL)
-        return NVML_ERROR_NOT_SUPPORTED;
-    size_t len = strlen(value);
-    if (len + 1 > length)
-        return NVML_ERROR_INSUFFICIENT_SIZE;
-    memcpy(buf, value, len + 1);
-    return NVML_SUCCESS;
 }
 
 int mock_same_file(const struct stat *a, const struct stat *b)

@@ -1,5 +1,5 @@
 /*
- * Device handles, visibility, identity and operating modes.
+ * Device handles, visibility, enumeration and identity.
  *
  * A handle is the address of a slot in a static table, one slot per
  * position in the engine config, so handles stay valid across config
@@ -9,10 +9,13 @@
  * from 0); when all or none are present, nothing is filtered.
  * MOCK_NVML_DEV_DIR points the check at another directory (tests).
  *
- * Getters answer through the call helpers of call.c; the enums' words are
- * tables here, looked up by mock_enum_field.
+ * Identity is what names a board (name, UUID, serial, ids, brand,
+ * architecture, compute capability); most of these calls still answer for
+ * a lost GPU.  Getters answer through the call helpers of call.c; the enums'
+ * words are tables here, looked up by mock_enum_field.  The board's
+ * firmware (firmware.c) and its operating modes (modes.c) are files of
+ * their own: nothing here is shared with them.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,20 +24,11 @@
 
 #include "mock.h"
 
-static struct nvmlDevice_st g_handles[MOCK_MAX_DEVICES];
+struct nvmlDevice_st mock_handles[MOCK_MAX_DEVICES];
 
 nvmlDevice_t mock_handle(unsigned pos)
 {
-    return pos < MOCK_MAX_DEVICES ? &g_handles[pos] : NULL;
-}
-
-int mock_handle_pos(nvmlDevice_t device, unsigned *pos)
-{
-    uintptr_t base = (uintptr_t)g_handles, p = (uintptr_t)device;
-    if (device == NULL || p < base || p >= base + sizeof g_handles)
-        return 0;
-    *pos = (unsigned)(device - g_handles);
-    return 1;
+    return pos < MOCK_MAX_DEVICES ? &mock_handles[pos] : NULL;
 }
 
 void mock_compute_visibility(struct mock_config *cfg)
@@ -199,12 +193,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice
 
 MOCK_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    return mock_string_field(device, MOCK_IDENTITY, "name", name, length);
+    return mock_string_key(device, MOCK_IDENTITY, MOCK_KEY_NAME, name, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    return mock_string_field(device, MOCK_IDENTITY, "uuid", uuid, length);
+    return mock_string_key(device, MOCK_IDENTITY, MOCK_KEY_UUID, uuid, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
@@ -218,145 +212,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *pa
     return mock_string_field(device, MOCK_GUARDED, "board_part_number", partNumber, length);
 }
 
-MOCK_API nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version,
-                                                unsigned int length)
-{
-    return mock_string_field(device, MOCK_GUARDED, "vbios_version", version, length);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version,
-                                                       unsigned int length)
-{
-    return mock_string_field(device, MOCK_GUARDED, "inforom.image_version", version, length);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object,
-                                                  char *version, unsigned int length)
-{
-    static const char *const fields[] = {
-        [NVML_INFOROM_OEM] = "inforom.oem_object",
-        [NVML_INFOROM_ECC] = "inforom.ecc_object",
-        [NVML_INFOROM_POWER] = "inforom.pwr_object",
-    };
-    if ((unsigned)object >= sizeof fields / sizeof *fields || fields[object] == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    const char *value = mock_dev_get(c.cfg, c.pos, fields[object]);
-    if (value != NULL && strcasecmp(value, "N/A") == 0)
-        value = NULL; /* the profile spells "not present" as N/A */
-    r = mock_copy_out(value, version, length);
-    mock_end(&c);
-    return r;
-}
-
-/* The node's boot time (seconds since the epoch, `btime` of /proc/stat):
- * the driver loads at boot, and the black box's flush is timed from there.
- * Read once per process; 0 when /proc/stat has no boot time. */
-static unsigned long long g_boot_time;
-static pthread_once_t g_boot_time_once = PTHREAD_ONCE_INIT;
-
-static void read_boot_time(void)
-{
-    FILE *f = fopen("/proc/stat", "re");
-    if (f == NULL)
-        return;
-    char line[256];
-    unsigned long long btime;
-    while (fgets(line, sizeof line, f) != NULL) {
-        if (sscanf(line, "btime %llu", &btime) == 1) {
-            g_boot_time = btime;
-            break;
-        }
-    }
-    fclose(f);
-}
-
-/* The InfoROM black box (BBX) is flushed once after the driver loads, so
- * real boards report the same instant, hours old, until the next boot (H100
- * and GB200 captures: a few minutes apart per GPU, tens of milliseconds
- * long).  The profile says when, after boot (`inforom.bbx_flush_after_boot_ms`),
- * and how long (`inforom.bbx_flush_duration_us`); a board whose driver
- * answers N/A (A100, B200 captures) has neither: NOT_SUPPORTED.  Before that
- * instant the flush has not happened yet: NOT_READY, as NVML documents.  The
- * timestamp is in microseconds since the epoch, as nvidia-smi prints it. */
-struct bbx_flush {
-    unsigned long long timestamp_us;
-    unsigned long duration_us;
-    int ready;
-};
-
-static int read_bbx_flush(const struct mock_config *cfg, unsigned pos, void *out)
-{
-    struct bbx_flush *flush = out;
-    unsigned long long after_boot_ms, duration_us;
-    if (!mock_dev_u64(cfg, pos, "inforom.bbx_flush_after_boot_ms", &after_boot_ms) ||
-        !mock_dev_u64(cfg, pos, "inforom.bbx_flush_duration_us", &duration_us))
-        return 0;
-    if (after_boot_ms > 0xFFFFFFFFULL || duration_us > 0xFFFFFFFFULL) {
-        mock_debug("LastBBXFlushTime: device %u: inforom.bbx_flush_* out of range", pos);
-        return 0;
-    }
-    pthread_once(&g_boot_time_once, read_boot_time);
-    if (g_boot_time == 0) {
-        mock_debug("LastBBXFlushTime: /proc/stat has no boot time");
-        return 0;
-    }
-    unsigned long long at_ms = g_boot_time * 1000ULL + after_boot_ms;
-    flush->ready = mock_reading_time() * 1000.0 >= (double)at_ms;
-    flush->timestamp_us = at_ms * 1000ULL;
-    flush->duration_us = (unsigned long)duration_us;
-    return 1;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device,
-                                                    unsigned long long *timestamp,
-                                                    unsigned long *durationUs)
-{
-    if (timestamp == NULL || durationUs == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct bbx_flush flush;
-    nvmlReturn_t r = mock_read(device, read_bbx_flush, &flush);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!flush.ready)
-        return NVML_ERROR_NOT_READY;
-    *timestamp = flush.timestamp_us;
-    *durationUs = flush.duration_us;
-    return NVML_SUCCESS;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
-{
-    /* NVIDIA documents the buffer as NVML_GSP_FIRMWARE_VERSION_BUF_SIZE (0x40). */
-    return mock_string_field(device, MOCK_GUARDED, "gsp_firmware.version", version, 0x40);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled,
-                                                   unsigned int *defaultMode)
-{
-    if (isEnabled == NULL || defaultMode == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    int enabled;
-    if (mock_dev_bool(c.cfg, c.pos, "gsp_firmware.mode", &enabled)) {
-        *isEnabled = (unsigned)enabled;
-        *defaultMode = (unsigned)enabled;
-    } else {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    }
-    mock_end(&c);
-    return r;
-}
-
 MOCK_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
 {
-    return mock_uint_field(device, MOCK_IDENTITY, "minor", minorNumber);
+    return mock_uint_key(device, MOCK_IDENTITY, MOCK_KEY_MINOR, minorNumber);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t device, unsigned int *boardId)
@@ -395,12 +253,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *inde
     return r;
 }
 
-/* The enum outputs below are written through `unsigned *` (see
- * struct mock_enum_name); these hold that for the types involved. */
+/* The brand is written through `unsigned *` (see struct mock_enum_name);
+ * this holds that for its type. */
 _Static_assert(sizeof(nvmlBrandType_t) == sizeof(unsigned), "brand is not unsigned-sized");
-_Static_assert(sizeof(nvmlComputeMode_t) == sizeof(unsigned), "compute mode size");
-_Static_assert(sizeof(nvmlGpuVirtualizationMode_t) == sizeof(unsigned), "virt. mode size");
-_Static_assert(sizeof(nvmlGpuOperationMode_t) == sizeof(unsigned), "GOM size");
 
 static const struct mock_enum_name BRANDS[] = {
     {"nvidia", NVML_BRAND_NVIDIA},         {"tesla", NVML_BRAND_TESLA},
@@ -450,151 +305,4 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, in
 MOCK_API nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool)
 {
     return mock_constant_uint(device, MOCK_GUARDED, 0, multiGpuBool);
-}
-
-/* ------------------------------------------------------------------- modes */
-
-MOCK_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
-{
-    return mock_enable_field(device, MOCK_GUARDED, "persistence_mode", mode);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
-{
-    return mock_enable_field(device, MOCK_GUARDED, "display.mode", display);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
-{
-    return mock_enable_field(device, MOCK_GUARDED, "display.active", isActive);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode)
-{
-    return mock_enable_field(device, MOCK_GUARDED, "accounting.mode", mode);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device,
-                                                        unsigned int *bufferSize)
-{
-    return mock_uint_field(device, MOCK_GUARDED, "accounting.buffer_size", bufferSize);
-}
-
-static const struct mock_enum_name COMPUTE_MODES[] = {
-    {"default", NVML_COMPUTEMODE_DEFAULT},
-    {"exclusive_thread", NVML_COMPUTEMODE_EXCLUSIVE_THREAD},
-    {"prohibited", NVML_COMPUTEMODE_PROHIBITED},
-    {"exclusive_process", NVML_COMPUTEMODE_EXCLUSIVE_PROCESS},
-};
-
-MOCK_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
-{
-    return mock_enum_field(device, MOCK_GUARDED, "compute_mode", COMPUTE_MODES,
-                           MOCK_COUNT(COMPUTE_MODES), NVML_COMPUTEMODE_DEFAULT, (unsigned *)mode);
-}
-
-static const struct mock_enum_name VIRTUALIZATION_MODES[] = {
-    {"none", NVML_GPU_VIRTUALIZATION_MODE_NONE},
-    {"passthrough", NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH},
-    {"pass-through", NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH},
-    {"vgpu", NVML_GPU_VIRTUALIZATION_MODE_VGPU},
-    {"host_vgpu", NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU},
-    {"host_vsga", NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA},
-};
-
-MOCK_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device,
-                                                      nvmlGpuVirtualizationMode_t *pVirtualMode)
-{
-    return mock_enum_field(device, MOCK_GUARDED, "virtualization.mode", VIRTUALIZATION_MODES,
-                           MOCK_COUNT(VIRTUALIZATION_MODES), NVML_GPU_VIRTUALIZATION_MODE_NONE,
-                           (unsigned *)pVirtualMode);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device,
-                                                    nvmlGpuOperationMode_t *current,
-                                                    nvmlGpuOperationMode_t *pending)
-{
-    static const struct mock_enum_name modes[] = {
-        {"all_on", NVML_GOM_ALL_ON}, {"compute", NVML_GOM_COMPUTE}, {"low_dp", NVML_GOM_LOW_DP}};
-    /* NVIDIA's order: the handle and the board's support come first, and
-     * either output may be NULL (nvidia-smi asks for one mode at a time,
-     * passing NULL for the other); only both NULL is an invalid call. */
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    unsigned cur, pend;
-    /* GOM exists only on some boards: no (known) current mode, no GOM. */
-    if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.current"), modes,
-                          MOCK_COUNT(modes), &cur)) {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    } else if (current == NULL && pending == NULL) {
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    } else {
-        if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, "gpu_operation_mode.pending"), modes,
-                              MOCK_COUNT(modes), &pend))
-            pend = cur;
-        if (current != NULL)
-            *current = (nvmlGpuOperationMode_t)cur;
-        if (pending != NULL)
-            *pending = (nvmlGpuOperationMode_t)pend;
-    }
-    mock_end(&c);
-    return r;
-}
-
-/* --------------------------------------------------------------------- MIG */
-
-MOCK_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
-                                           unsigned int *pendingMode)
-{
-    if (currentMode == NULL || pendingMode == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    int current, pending;
-    /* No `mig` block: the board is not MIG capable (GFD reads NOT_SUPPORTED so). */
-    nvmlReturn_t r = mock_mode_pair(device, "mig.mode_current", "mig.mode_pending", &current,
-                                    &pending);
-    if (r == NVML_SUCCESS) {
-        /* MIG partitions are not simulated: report what the profile says
-         * for the mode, but never hand out MIG device handles. */
-        *currentMode = current ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
-        *pendingMode = pending ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
-    }
-    return r;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
-{
-    if (count == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (mock_dev_get(c.cfg, c.pos, "mig.mode_current") == NULL)
-        r = NVML_ERROR_NOT_SUPPORTED;
-    else if (!mock_dev_uint(c.cfg, c.pos, "mig.max_gpu_instances", count))
-        *count = 0;
-    mock_end(&c);
-    return r;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
-                                                          nvmlDevice_t *migDevice)
-{
-    (void)index;
-    if (migDevice == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    mock_end(&c);
-    /* No MIG devices exist: NOT_FOUND is what consumers iterate until. */
-    return NVML_ERROR_NOT_FOUND;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
-{
-    return mock_constant_uint(device, MOCK_IDENTITY, 0, isMigDevice);
 }

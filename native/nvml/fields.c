@@ -130,8 +130,11 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
     case NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
         mock_field_uint(v, 1, 0);
         break;
+    case NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
     case NVML_FI_DEV_ENERGY:
-        found = v->scopeId == 0 && mock_dev_u64(cfg, pos, "power.total_energy_consumption_mj", &n);
+        /* the same counter as nvmlDeviceGetTotalEnergyConsumption (191 by GPU scope) */
+        found = (v->fieldId != NVML_FI_DEV_ENERGY || v->scopeId == 0) &&
+                mock_energy_mj(cfg, pos, &n);
         mock_field_ull(v, found, n);
         break;
     case NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT:
@@ -167,7 +170,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCo
 {
     if (values == NULL || valuesCount < 0)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
+    struct mock_call c = {0}; /* read only after a successful mock_begin */
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     struct timeval now;
     gettimeofday(&now, NULL);

@@ -4,10 +4,8 @@
  *
  * NVML counts nvmlInit/nvmlShutdown pairs; the library stays usable until
  * the last shutdown.  The engine config is found through MOCK_NVML_CONFIG,
- * else next to the library itself: a library at <driver root>/usr/lib64/
- * reads <driver root>/config/config.yaml, so a process that mounts only the
- * driver root (the DRA kubelet plugin) still finds it.  A broken rewrite
- * keeps the last good snapshot.
+ * else next to the library itself (locate.c).  A broken rewrite keeps the
+ * last good snapshot.  The error strings are errors.c's.
  *
  * Noticing a change (docs/engine-config.md, "Change notice"): the daemon
  * bumps an 8-byte counter, `generation` beside the config, after it has
@@ -15,7 +13,7 @@
  * file read-only and shared at init, so every call compares the counter
  * with the value the current snapshot was loaded at: one load, no system
  * call, and a change is seen by the very next call.  The config is also
- * stat'ed at most once a second (CLOCK_MONOTONIC_COARSE decides when): that
+ * stat'ed at most once a second (CLOCK_REALTIME_COARSE decides when): that
  * is all an old daemon without the counter gets, and it is how a counter
  * file that was replaced (a new stage after a discard) is noticed and
  * mapped again.
@@ -34,7 +32,6 @@
  * Everything else mutable here is guarded by g_lock.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -50,20 +47,20 @@
 
 #include "mock.h"
 
-/* How often (at most) the config file is stat'ed for changes, unless
- * MOCK_NVML_RECHECK_INTERVAL_MS says otherwise (0: at every call). */
-#define RECHECK_INTERVAL_NS 1000000000ULL
-/* The change notice: its name beside the config, and its size. */
-#define NOTICE_FILE "generation"
+/* The change notice's size (its name: locate.c). */
 #define NOTICE_BYTES 8
 /* Mappings of replaced counter files are never unmapped (a thread may be
  * reading one); past this many the once-a-second schedule carries on alone. */
 #define NOTICE_MAX_MAPPINGS 16
 
-/* One thread's reference on the snapshot it last used (see above). */
+/* One thread's reference on the snapshot it last used (see above).  The
+ * thread-local is initial-exec: every call reads it, and the general model
+ * costs a __tls_get_addr call each time.  A library loaded with dlopen
+ * takes the few bytes from the static TLS surplus glibc keeps for that. */
 struct thread_cache {
     struct mock_config *cfg;    /* holds one reference, or NULL */
     unsigned depth;             /* mock_acquire calls not yet released */
+    unsigned long long now;     /* coarse_ns() when the outermost call began */
     int registered;             /* linked into g_caches, key value set */
     struct thread_cache *prev, *next;
 };
@@ -74,10 +71,10 @@ static struct mock_config *g_current;     /* newest good snapshot, or NULL (atom
 static char g_path[PATH_MAX];             /* config file in use */
 static struct stat g_stamp;               /* identity of the file g_current came from */
 static unsigned long long g_due_ns;       /* coarse_ns() of the next stat (atomic) */
-static unsigned long long g_recheck_ns = RECHECK_INTERVAL_NS;
+static unsigned long long g_recheck_ns = MOCK_RECHECK_INTERVAL_NS; /* atomic: read by every call */
 /* How many times the files were looked at (atomic): workload.c looks at
  * its file when this moved, so a reading needs no clock of its own. */
-static unsigned long long g_checks;
+unsigned long long mock_checks; /* read through mock_check_count (mock.h) */
 
 /* The counter g_notice points at: the mapped file, or g_no_notice (0)
  * without one.  g_loaded_notice is its value when the files were last
@@ -90,7 +87,7 @@ static dev_t g_notice_dev;                /* identity of the mapped file */
 static ino_t g_notice_ino;
 static unsigned g_notice_mappings;
 
-static __thread struct thread_cache t_cache;
+static __thread struct thread_cache t_cache __attribute__((tls_model("initial-exec")));
 static struct thread_cache *g_caches;     /* every registered thread's cache */
 static pthread_key_t g_cache_key;         /* runs forget_thread at thread exit */
 static int g_cache_key_made;
@@ -102,13 +99,25 @@ unsigned long long mock_now_ns(void)
     return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
 }
 
-/* The monotonic clock at the kernel tick's resolution (a few ms): enough
- * for the stat schedule, at a fraction of the precise clock's cost. */
+/* The wall clock at the kernel tick's resolution (a few ms), read once per
+ * call (mock_call_clock): enough for the stat schedule, at a fraction of
+ * the precise clock's cost, and the instant the readings are for
+ * (readings.c), so a call reads one clock.  It is the wall clock for the
+ * readings' sake (every process agrees on it); the schedule copes with it
+ * being set back (schedule_due). */
 static unsigned long long coarse_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+/* Whether the stat schedule is due at `now`: the due time has come, or the
+ * clock was set back past the time the schedule was made. */
+static int schedule_due(unsigned long long now)
+{
+    unsigned long long due = __atomic_load_n(&g_due_ns, __ATOMIC_RELAXED);
+    return now >= due || due - now > __atomic_load_n(&g_recheck_ns, __ATOMIC_RELAXED);
 }
 
 void mock_debug(const char *fmt, ...)
@@ -122,79 +131,6 @@ void mock_debug(const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     fprintf(stderr, "mock-nvml: %s\n", line);
-}
-
-/* Where the engine config is: MOCK_NVML_CONFIG, else <lib>/../../config/config.yaml. */
-static int locate_config(char *path, size_t size)
-{
-    const char *env = getenv("MOCK_NVML_CONFIG");
-    if (env != NULL && *env != '\0') {
-        if (strlen(env) >= size) {
-            mock_debug("MOCK_NVML_CONFIG is longer than %zu bytes", size - 1);
-            return 0;
-        }
-        strcpy(path, env);
-        return 1;
-    }
-    Dl_info info;
-    if (dladdr((void *)&locate_config, &info) == 0 || info.dli_fname == NULL ||
-        strchr(info.dli_fname, '/') == NULL) {
-        mock_debug("cannot tell where the library was loaded from; set MOCK_NVML_CONFIG");
-        return 0;
-    }
-    char dir[PATH_MAX], root[PATH_MAX];
-    if (strlen(info.dli_fname) >= sizeof dir)
-        return 0;
-    strcpy(dir, info.dli_fname);
-    *strrchr(dir, '/') = '\0';
-    /* The loader may report <root>/usr/bin/../lib64/... (nvidia-smi's RPATH
-     * is $ORIGIN/../lib64): resolve the directory, not the file, so a
-     * libnvidia-ml.so.1 -> .so.<version> link does not move us. */
-    if (realpath(dir[0] ? dir : "/", root) == NULL)
-        strcpy(root, dir);
-    /* Strip usr/lib64 (two directories). */
-    for (int i = 0; i < 2; i++) {
-        char *slash = strrchr(root, '/');
-        if (slash == NULL) {
-            root[0] = '\0';
-            break;
-        }
-        *slash = '\0';
-    }
-    int n = snprintf(path, size, "%s/config/config.yaml", root);
-    return n > 0 && (size_t)n < size;
-}
-
-/* The stat schedule's interval: MOCK_NVML_RECHECK_INTERVAL_MS, else once a
- * second.  0 stats at every call (tests of the fallback; a node whose
- * daemon has no change notice and needs changes seen at once). */
-static unsigned long long recheck_interval_ns(void)
-{
-    const char *env = getenv("MOCK_NVML_RECHECK_INTERVAL_MS");
-    unsigned long long ms;
-    if (env == NULL || *env == '\0')
-        return RECHECK_INTERVAL_NS;
-    if (!mock_parse_u64(env, &ms) || ms > 86400000ULL) {
-        mock_debug("MOCK_NVML_RECHECK_INTERVAL_MS=%s: expected milliseconds in 0..86400000; "
-                   "using 1000", env);
-        return RECHECK_INTERVAL_NS;
-    }
-    return ms * 1000000ULL;
-}
-
-unsigned long long mock_check_count(void)
-{
-    return __atomic_load_n(&g_checks, __ATOMIC_ACQUIRE);
-}
-
-/* The change notice's path: NOTICE_FILE in the config's directory. */
-static void locate_notice(const char *config, char *path, size_t size)
-{
-    const char *slash = strrchr(config, '/');
-    int dirlen = slash == NULL ? 1 : (slash == config ? 1 : (int)(slash - config));
-    int n = snprintf(path, size, "%.*s/%s", dirlen, slash == NULL ? "." : config, NOTICE_FILE);
-    if (n < 0 || (size_t)n >= size)
-        path[0] = '\0';
 }
 
 /* Called with g_lock held: map the counter file when it is there and not
@@ -279,7 +215,7 @@ static void refresh_locked(void)
     if (g_init_refs == 0 || g_current == NULL)
         return;
     unsigned long long now = coarse_ns();
-    int scheduled = now >= g_due_ns;
+    int scheduled = schedule_due(now);
     if (scheduled) {
         __atomic_store_n(&g_due_ns, now + g_recheck_ns, __ATOMIC_RELAXED);
         track_notice();
@@ -287,7 +223,7 @@ static void refresh_locked(void)
     unsigned long long seen = notice_now();
     if (!scheduled && seen == g_loaded_notice)
         return; /* another thread got here first */
-    __atomic_add_fetch(&g_checks, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&mock_checks, 1, __ATOMIC_RELEASE);
     struct stat stamp;
     if (stat(g_path, &stamp) != 0) {
         /* a moment between unlink and rename, or removed: keep serving */
@@ -320,12 +256,12 @@ static nvmlReturn_t library_init(void)
     }
     nvmlReturn_t result = NVML_SUCCESS;
     int missing = 0;
-    if (!locate_config(g_path, sizeof g_path)) {
+    if (!mock_locate_config(g_path, sizeof g_path)) {
         result = NVML_ERROR_DRIVER_NOT_LOADED;
     } else {
-        g_recheck_ns = recheck_interval_ns();
+        __atomic_store_n(&g_recheck_ns, mock_recheck_interval_ns(), __ATOMIC_RELAXED);
         char notice_path[PATH_MAX];
-        locate_notice(g_path, notice_path, sizeof notice_path);
+        mock_locate_notice(g_path, notice_path, sizeof notice_path);
         if (strcmp(notice_path, g_notice_path) != 0) {
             /* another config (tests load several): its own counter, if any */
             strcpy(g_notice_path, notice_path);
@@ -341,7 +277,7 @@ static nvmlReturn_t library_init(void)
             result = missing ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_ERROR_UNKNOWN;
         } else {
             g_stamp = stamp;
-            __atomic_add_fetch(&g_checks, 1, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&mock_checks, 1, __ATOMIC_RELEASE);
             __atomic_store_n(&g_due_ns, coarse_ns() + g_recheck_ns, __ATOMIC_RELAXED);
             publish(cfg, seen);
             g_init_refs = 1;
@@ -431,7 +367,8 @@ static void register_cache(struct thread_cache *tc)
 
 /* The slow path of mock_acquire: re-read what changed, then move this
  * thread's reference to the current snapshot. */
-static struct mock_config *acquire_slow(struct thread_cache *tc, int stale)
+__attribute__((noinline, cold)) static struct mock_config *acquire_slow(struct thread_cache *tc,
+                                                                       int stale)
 {
     pthread_mutex_lock(&g_lock);
     if (stale)
@@ -460,15 +397,21 @@ struct mock_config *mock_acquire(void)
     /* The order matters: the value the snapshot was loaded at, then the
      * counter, then the snapshot (see publish). */
     unsigned long long loaded = __atomic_load_n(&g_loaded_notice, __ATOMIC_ACQUIRE);
-    int stale = notice_now() != loaded ||
-                coarse_ns() >= __atomic_load_n(&g_due_ns, __ATOMIC_RELAXED);
+    tc->now = coarse_ns();
+    int stale = notice_now() != loaded || schedule_due(tc->now);
     struct mock_config *cur = __atomic_load_n(&g_current, __ATOMIC_ACQUIRE);
-    if (stale || (cur != tc->cfg && cur != NULL))
+    if (__builtin_expect(stale || (cur != tc->cfg && cur != NULL), 0))
         cur = acquire_slow(tc, stale);
     if (cur == NULL)
         return NULL;
     tc->depth = 1;
     return cur;
+}
+
+unsigned long long mock_call_clock(void)
+{
+    const struct thread_cache *tc = &t_cache;
+    return tc->depth > 0 ? tc->now : coarse_ns();
 }
 
 void mock_release(struct mock_config *cfg)
@@ -510,44 +453,4 @@ __attribute__((destructor)) static void library_cleanup(void)
     pthread_mutex_unlock(&g_lock);
     mock_events_cleanup();
     mock_failure_cleanup();
-}
-
-MOCK_API const char *nvmlErrorString(nvmlReturn_t result)
-{
-    switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
-    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
-    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
-    case NVML_ERROR_IN_USE: return "In use by another client";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED:
-        return "The requested vgpu operation is not available on target device, becasue ECC is "
-               "enabled";
-    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Ran out of critical resources, other than memory";
-    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "The requested frequency is not supported";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Version mismatch";
-    case NVML_ERROR_DEPRECATED: return "Deprecated";
-    case NVML_ERROR_NOT_READY: return "Not Ready";
-    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
-    case NVML_ERROR_INVALID_STATE: return "Invalid state";
-    case NVML_ERROR_UNKNOWN: return "Unknown Error";
-    default: return "Unknown Error";
-    }
 }

@@ -1,11 +1,11 @@
 /*
- * Frame buffer and BAR1 memory, ECC, retired pages, remapped rows, and
- * the processes using a GPU.
+ * Frame buffer and BAR1 memory, ECC, retired pages and remapped rows.
  *
  * Memory figures come from the profile's `memory` block.  NVML has two
  * views of the same numbers: the old nvmlDeviceGetMemoryInfo counts the
  * driver's reservation as used, _v2 reports it separately; both are
- * derived here from one set of fields so they always agree.
+ * derived here from one set of fields so they always agree.  The
+ * processes using that memory are processes.c's.
  */
 #include <stdio.h>
 #include <string.h>
@@ -21,10 +21,10 @@ static int fb_usage(const struct mock_config *cfg, unsigned pos, void *out)
 {
     struct fb_usage *fb = out;
     memset(fb, 0, sizeof *fb);
-    if (!mock_dev_u64(cfg, pos, "memory.total_bytes", &fb->total))
+    if (!mock_key_u64(cfg, pos, MOCK_KEY_MEMORY_TOTAL, &fb->total))
         return 0;
-    mock_dev_u64(cfg, pos, "memory.reserved_bytes", &fb->reserved);
-    mock_dev_u64(cfg, pos, "memory.used_bytes", &fb->used);
+    mock_key_u64(cfg, pos, MOCK_KEY_MEMORY_RESERVED, &fb->reserved);
+    mock_key_u64(cfg, pos, MOCK_KEY_MEMORY_USED, &fb->used);
     if (fb->reserved > fb->total)
         fb->reserved = fb->total;
     if (fb->used > fb->total - fb->reserved)
@@ -377,124 +377,4 @@ MOCK_API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device,
     }
     mock_end(&c);
     return r;
-}
-
-/* --------------------------------------------------------------- processes */
-
-enum process_kind { PROCESS_COMPUTE, PROCESS_GRAPHICS };
-
-/* Lists the configured processes of one kind into v1 or v2 records. */
-static nvmlReturn_t running_processes(nvmlDevice_t device, enum process_kind kind,
-                                      unsigned int *infoCount, nvmlProcessInfo_v1_t *v1,
-                                      nvmlProcessInfo_t *v2)
-{
-    if (infoCount == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    unsigned total = 0, found = 0;
-    mock_dev_list_len(c.cfg, c.pos, "processes", &total);
-    int want_output = (v1 != NULL || v2 != NULL) && *infoCount > 0;
-    for (unsigned i = 0; i < total; i++) {
-        char field[64];
-        snprintf(field, sizeof field, "processes.%u.type", i);
-        int graphics = mock_dev_is(c.cfg, c.pos, field, "graphics");
-        if (graphics != (kind == PROCESS_GRAPHICS))
-            continue;
-        unsigned pid = 0;
-        unsigned long long used = 0;
-        snprintf(field, sizeof field, "processes.%u.pid", i);
-        mock_dev_uint(c.cfg, c.pos, field, &pid);
-        snprintf(field, sizeof field, "processes.%u.used_memory_bytes", i);
-        mock_dev_u64(c.cfg, c.pos, field, &used);
-        if (want_output && found < *infoCount) {
-            if (v1 != NULL) {
-                v1[found].pid = pid;
-                v1[found].usedGpuMemory = used;
-            } else {
-                v2[found].pid = pid;
-                v2[found].usedGpuMemory = used;
-                v2[found].gpuInstanceId = 0xFFFFFFFFu; /* not a MIG device */
-                v2[found].computeInstanceId = 0xFFFFFFFFu;
-            }
-        }
-        found++;
-    }
-    /* Each container holding the GPU is one compute process (workload.c). */
-    struct mock_config *wl = kind == PROCESS_COMPUTE ? mock_workload_acquire(c.cfg) : NULL;
-    struct mock_process held;
-    for (unsigned i = 0; wl != NULL && mock_workload_process(c.cfg, wl, c.pos, i, &held); i++) {
-        if (want_output && found < *infoCount) {
-            if (v1 != NULL) {
-                v1[found].pid = held.pid;
-                v1[found].usedGpuMemory = held.used_bytes;
-            } else {
-                v2[found].pid = held.pid;
-                v2[found].usedGpuMemory = held.used_bytes;
-                v2[found].gpuInstanceId = 0xFFFFFFFFu;
-                v2[found].computeInstanceId = 0xFFFFFFFFu;
-            }
-        }
-        found++;
-    }
-    if (wl != NULL)
-        mock_release(wl);
-    if (found > *infoCount || (!want_output && found > 0))
-        r = NVML_ERROR_INSUFFICIENT_SIZE;
-    *infoCount = found;
-    mock_end(&c);
-    return r;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
-                                                              unsigned int *infoCount,
-                                                              nvmlProcessInfo_t *infos)
-{
-    return running_processes(device, PROCESS_COMPUTE, infoCount, NULL, infos);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
-                                                              unsigned int *infoCount,
-                                                              nvmlProcessInfo_v2_t *infos)
-{
-    return running_processes(device, PROCESS_COMPUTE, infoCount, NULL, infos);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
-                                                           unsigned int *infoCount,
-                                                           nvmlProcessInfo_v1_t *infos)
-{
-    return running_processes(device, PROCESS_COMPUTE, infoCount, infos, NULL);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
-                                                               unsigned int *infoCount,
-                                                               nvmlProcessInfo_t *infos)
-{
-    return running_processes(device, PROCESS_GRAPHICS, infoCount, NULL, infos);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device,
-                                                               unsigned int *infoCount,
-                                                               nvmlProcessInfo_v2_t *infos)
-{
-    return running_processes(device, PROCESS_GRAPHICS, infoCount, NULL, infos);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device,
-                                                            unsigned int *infoCount,
-                                                            nvmlProcessInfo_v1_t *infos)
-{
-    return running_processes(device, PROCESS_GRAPHICS, infoCount, infos, NULL);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
-                                                                 unsigned int *infoCount,
-                                                                 nvmlProcessInfo_t *infos)
-{
-    (void)infos;
-    /* No MPS server runs on a simulated GPU. */
-    return mock_constant_uint(device, MOCK_GUARDED, 0, infoCount);
 }

@@ -4,27 +4,45 @@
  * The library answers NVML calls from one engine config file that the node
  * daemon compiles (docs/engine-config.md).  The pieces:
  *
- *   config.c      parse the engine config into an immutable snapshot
+ *   config.c      read and parse the engine config into an immutable snapshot
+ *   lookup.c      find a key in a snapshot: the device-field hash table and
+ *                 the per-snapshot key table (MOCK_KEYS) the hot getters read
+ *   values.c      what a value means (numbers, booleans, enum words) and the
+ *                 typed lookups of a device field built on them
  *   library.c     init/shutdown reference count, the current snapshot
  *                 (served without a lock), the change notice, change
- *                 detection and re-reading, error strings
+ *                 detection and re-reading
+ *   locate.c      where the config and its change notice are, how often
+ *                 the config is stat'ed
+ *   errors.c      nvmlErrorString
  *   call.c        one call on a device (begin/end) and the typed getters
  *                 built on it, so each NVML getter names only its field
- *   devices.c     device handles, visibility, identity and modes
+ *   devices.c     device handles, visibility, enumeration and identity
+ *   firmware.c    VBIOS, InfoROM (and its black box flush), GSP firmware
+ *   modes.c       operating modes (persistence, compute, GOM, ...) and MIG
  *   failure.c     per-process failure injection (lost GPUs, ECC storms)
  *   pci.c         PCI identity, link state, topology and affinity
- *   memory.c      frame buffer, BAR1, ECC, retired pages, processes
- *   power.c       power, temperature, thermal sensors, fans, clocks,
- *                 violation status, utilization
- *   nvlink.c      NVLink state, traffic and errors, fabric info, addressing mode
+ *   memory.c      frame buffer, BAR1, ECC, retired pages, remapped rows
+ *   processes.c   the processes running on a GPU (profile's and holders)
+ *   power.c       power draw and limits, total energy, performance state
+ *   thermal.c     temperature, thresholds, thermal sensors, fans
+ *   clocks.c      clocks, supported clocks, clocks event reasons,
+ *                 violation status, auto boost
+ *   utilization.c utilization rates, media engines, encoder and FBC stats
+ *   nvlink.c      NVLink state, traffic and errors, NVLink field values
+ *   fabric.c      GPU fabric info, addressing mode
  *   meters.c      quantities integrated over time (NVLink traffic, throttled time)
  *   samples.c     sample buffers (nvmlDeviceGetSamples), per-process utilization
  *   gpm.c         GPU performance monitoring (Hopper and later)
  *   fields.c      nvmlDeviceGetFieldValues
  *   workload.c    the workload file: which GPUs pods hold, as processes
- *   dynamics.c    the readings that move (utilization, memory used, power,
- *                 temperature, clocks, clocks event reasons), derived in
- *                 one place from overrides, patterns, holders and the profile
+ *   patterns.c,   the readings that move (utilization, memory used, power,
+ *   dynamics.c,   temperature, clocks, clocks event reasons): patterns, the
+ *   readings.c,   board model that derives them in one place from
+ *   energy.c      overrides, patterns, holders and the profile, the cache
+ *                 that keeps them per clock tick, and what follows from
+ *                 them (performance state, total energy counter); their
+ *                 shared internals are in dynamics.h
  *   events.c      event sets and Xid delivery
  *   export_table.c  nvmlInternalGetExportTable for nvidia-smi
  *   system.c      system-level queries (versions, process names, units)
@@ -61,7 +79,7 @@
 /* Number of elements of a true array (not a pointer). */
 #define MOCK_COUNT(array) (sizeof(array) / sizeof *(array))
 
-/* ------------------------------------------------------------ config.c */
+/* ---------------------------------------- config.c, lookup.c, values.c */
 
 struct mock_entry {
     const char *key;   /* points into mock_config.text */
@@ -80,6 +98,59 @@ struct mock_failure_spec {
     unsigned long long after, seed;
     double probability;
     unsigned long long id;       /* identifies the spec's text: a changed spec starts over */
+};
+
+/* The device fields the per-call getters read, resolved once per snapshot
+ * (lookup.c): such a getter reads its field by index, with no key to hash
+ * or compare and no number to parse.  A field's value is the profile's; a
+ * moving one (utilization, power draw, ...) is read through readings.c as
+ * every other lookup of it is (mock_key_u64). */
+#define MOCK_KEYS(X)                                                   \
+    X(NAME, "name")                                                    \
+    X(UUID, "uuid")                                                    \
+    X(MINOR, "minor")                                                  \
+    X(POWER_DRAW, "power.current_draw_mw")                             \
+    X(TEMPERATURE_GPU, "thermal.temperature_gpu_c")                    \
+    X(UTIL_GPU, "utilization.gpu")                                     \
+    X(UTIL_MEMORY, "utilization.memory")                               \
+    X(MEMORY_TOTAL, "memory.total_bytes")                              \
+    X(MEMORY_RESERVED, "memory.reserved_bytes")                        \
+    X(MEMORY_USED, "memory.used_bytes")                                \
+    X(PERFORMANCE_STATE, "performance_state")                          \
+    X(POWER_STATE, "power.power_state")                                \
+    X(PINNED_PERFORMANCE_STATE, "pinned.performance_state")            \
+    X(PINNED_POWER_STATE, "pinned.power.power_state")                  \
+    X(CLOCK_GRAPHICS_CURRENT, "clocks.graphics_current")               \
+    X(CLOCK_GRAPHICS_MAX, "clocks.graphics_max")                       \
+    X(CLOCK_GRAPHICS_APP, "clocks.graphics_app")                       \
+    X(CLOCK_GRAPHICS_APP_DEFAULT, "clocks.graphics_app_default")       \
+    X(CLOCK_SM_CURRENT, "clocks.sm_current")                           \
+    X(CLOCK_SM_MAX, "clocks.sm_max")                                   \
+    X(CLOCK_SM_APP, "clocks.sm_app")                                   \
+    X(CLOCK_SM_APP_DEFAULT, "clocks.sm_app_default")                   \
+    X(CLOCK_MEMORY_CURRENT, "clocks.memory_current")                   \
+    X(CLOCK_MEMORY_MAX, "clocks.memory_max")                           \
+    X(CLOCK_MEMORY_APP, "clocks.memory_app")                           \
+    X(CLOCK_MEMORY_APP_DEFAULT, "clocks.memory_app_default")           \
+    X(CLOCK_VIDEO_CURRENT, "clocks.video_current")                     \
+    X(CLOCK_VIDEO_MAX, "clocks.video_max")                             \
+    X(CLOCK_VIDEO_APP, "clocks.video_app")                             \
+    X(CLOCK_VIDEO_APP_DEFAULT, "clocks.video_app_default")
+
+enum mock_key {
+#define MOCK_KEY_ENUM(id, field) MOCK_KEY_##id,
+    MOCK_KEYS(MOCK_KEY_ENUM)
+#undef MOCK_KEY_ENUM
+    MOCK_KEY_COUNT
+};
+
+/* One resolved field: its text and the numbers it parses as. */
+struct mock_value {
+    const char *text;           /* points into mock_config.text; NULL: no such field */
+    unsigned long long u64;     /* mock_parse_u64's answer, when has_u64 */
+    long long i64;              /* mock_parse_i64's answer, when has_i64 */
+    unsigned char has_u64, has_i64;
+    unsigned char moves;        /* a moving quantity: its reading may stand in (readings.c) */
 };
 
 /* One slot of the device-field hash table: entry index + 1 (0: empty) and
@@ -102,13 +173,15 @@ struct mock_config {
     unsigned visible_count;
     unsigned visible[MOCK_MAX_DEVICES];  /* ordinal -> position */
     int ordinal[MOCK_MAX_DEVICES];       /* position -> ordinal, -1 if hidden */
-    /* Where each device's keys are in `entries` (config.c), and a hash
+    /* Where each device's keys are in `entries` (lookup.c), and a hash
      * table over them by (position, field): a device lookup hashes the
      * field alone, with no key to format and no search. */
     unsigned dev_first[MOCK_MAX_DEVICES], dev_keys[MOCK_MAX_DEVICES];
     unsigned char dev_prefix[MOCK_MAX_DEVICES]; /* strlen("device.<pos>.") */
     struct mock_slot *slots;     /* a power of two of them; NULL: search the runs */
     size_t slot_mask;
+    /* Each device's MOCK_KEYS fields, resolved at parse: values[pos][key]. */
+    struct mock_value (*values)[MOCK_KEY_COUNT];
     /* Each device's reading inputs, resolved on first use (dynamics.c). */
     struct mock_board *boards[MOCK_MAX_DEVICES];
     /* Each device's failure spec (engine configs; zero: none). */
@@ -120,6 +193,10 @@ struct mock_config {
 struct mock_config *mock_config_parse(const char *text, size_t len, const char *dir,
                                       char *err, size_t errlen);
 void mock_config_free(struct mock_config *cfg);
+/* Builds a freshly parsed snapshot's lookup tables (lookup.c): each
+ * device's run of keys, the device-field hash table and the resolved
+ * MOCK_KEYS fields.  0 without memory for the key table. */
+int mock_config_index(struct mock_config *cfg);
 
 const char *mock_cfg_get(const struct mock_config *cfg, const char *key);
 /* Looks up "device.<pos>.<field>". */
@@ -138,6 +215,41 @@ int mock_dev_bool(const struct mock_config *cfg, unsigned pos, const char *field
 int mock_dev_double(const struct mock_config *cfg, unsigned pos, const char *field,
                     double *out);
 int mock_parse_double(const char *value, double *out);
+/* The profile field a key names ("power.current_draw_mw"). */
+const char *mock_key_field(enum mock_key key);
+/* The resolved field: what mock_dev_get and the parsers answer for it. */
+static inline const struct mock_value *mock_key_value(const struct mock_config *cfg, unsigned pos,
+                                                      enum mock_key key)
+{
+    return &cfg->values[pos][key];
+}
+
+/* What the typed lookups share: a reading's or a parsed value's range
+ * checks (`ok`: there is a value `v` at all). */
+static inline int mock_reading_u64(long long reading, unsigned long long *out)
+{
+    if (reading < 0)
+        return 0;
+    *out = (unsigned long long)reading;
+    return 1;
+}
+
+static inline int mock_narrow_uint(int ok, unsigned long long v, unsigned *out)
+{
+    if (!ok || v > 0xffffffffULL)
+        return 0;
+    *out = (unsigned)v;
+    return 1;
+}
+
+static inline int mock_narrow_int(int ok, long long v, int *out)
+{
+    if (!ok || v < -2147483647LL - 1 || v > 2147483647LL)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
 /* The raw profile value of a device field, with no reading derived from it
  * (typed lookups of a moving quantity answer mock_reading's value). */
 int mock_dev_raw_u64(const struct mock_config *cfg, unsigned pos, const char *field,
@@ -183,6 +295,18 @@ nvmlReturn_t mock_copy_out(const char *value, char *buf, unsigned int length);
 
 /* ----------------------------------------------------------- library.c */
 
+/* How often (at most) the config file is stat'ed for changes, unless
+ * MOCK_NVML_RECHECK_INTERVAL_MS says otherwise (0: at every call). */
+#define MOCK_RECHECK_INTERVAL_NS 1000000000ULL
+/* Where the engine config is (locate.c): MOCK_NVML_CONFIG, else
+ * <lib>/../../config/config.yaml; 0 when neither can be told. */
+int mock_locate_config(char *path, size_t size);
+/* The change notice's path beside `config` (empty when it does not fit). */
+void mock_locate_notice(const char *config, char *path, size_t size);
+/* The stat schedule's interval: MOCK_NVML_RECHECK_INTERVAL_MS, else
+ * MOCK_RECHECK_INTERVAL_NS. */
+unsigned long long mock_recheck_interval_ns(void);
+
 /* The current snapshot, NULL when not initialized.  No lock and no
  * reference count on the way: the calling thread's own reference keeps it
  * alive until its next call (library.c).  Release it with mock_release, on
@@ -196,10 +320,17 @@ nvmlReturn_t mock_require_init(void);
 void mock_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Monotonic clock in nanoseconds. */
 unsigned long long mock_now_ns(void);
+/* CLOCK_REALTIME_COARSE in nanoseconds as of the start of the calling
+ * thread's current NVML call (read once per call), or now outside one. */
+unsigned long long mock_call_clock(void);
 /* How many times the library has looked at its files for a change (the
  * change notice moved, or the stat schedule came due): workload.c looks at
  * its own file when this moves.  Read inside a call, after mock_acquire. */
-unsigned long long mock_check_count(void);
+static inline unsigned long long mock_check_count(void)
+{
+    extern unsigned long long mock_checks __attribute__((visibility("hidden")));
+    return __atomic_load_n(&mock_checks, __ATOMIC_ACQUIRE);
+}
 
 /* ----------------------------------------------------------- devices.c */
 
@@ -207,8 +338,19 @@ struct nvmlDevice_st {
     unsigned char unused; /* handles are addresses in a static table */
 };
 
+/* The handles: addresses in this table, one per device position. */
+extern struct nvmlDevice_st mock_handles[MOCK_MAX_DEVICES] __attribute__((visibility("hidden")));
+
 nvmlDevice_t mock_handle(unsigned pos);
-int mock_handle_pos(nvmlDevice_t device, unsigned *pos);
+/* The position a handle stands for; 0 for anything but one of ours. */
+static inline int mock_handle_pos(nvmlDevice_t device, unsigned *pos)
+{
+    uintptr_t base = (uintptr_t)mock_handles, p = (uintptr_t)device;
+    if (p - base >= sizeof mock_handles) /* NULL and below the table wrap around */
+        return 0;
+    *pos = (unsigned)(p - base) / sizeof *mock_handles;
+    return 1;
+}
 /* Computes the visible device list of a fresh snapshot. */
 void mock_compute_visibility(struct mock_config *cfg);
 
@@ -226,9 +368,11 @@ enum mock_guard {
 /* -------------------------------------------------------------- call.c */
 
 /* Starts a device call: checks init, validates the handle, applies failure
- * injection.  On success the caller must call mock_end. */
-nvmlReturn_t mock_begin(struct mock_call *call, nvmlDevice_t device, enum mock_guard guard);
-void mock_end(struct mock_call *call);
+ * injection.  On success the caller must call mock_end.  Both are inline
+ * (defined at the end of this header): every device call runs them. */
+static inline nvmlReturn_t mock_begin(struct mock_call *call, nvmlDevice_t device,
+                                      enum mock_guard guard);
+static inline void mock_end(struct mock_call *call);
 
 /* Whole calls that answer one device field, so each getter states only
  * which field it reads.  All follow NVML's contract: a NULL output ->
@@ -242,6 +386,12 @@ nvmlReturn_t mock_u64_field(nvmlDevice_t device, enum mock_guard guard, const ch
                             unsigned long long *out);
 nvmlReturn_t mock_int_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
                             int *out);
+/* The same for a MOCK_KEYS field, read by key (the hot getters). */
+nvmlReturn_t mock_string_key(nvmlDevice_t device, enum mock_guard guard, enum mock_key key,
+                             char *buf, unsigned int length);
+nvmlReturn_t mock_uint_key(nvmlDevice_t device, enum mock_guard guard, enum mock_key key,
+                           unsigned int *out);
+nvmlReturn_t mock_int_key(nvmlDevice_t device, enum mock_guard guard, enum mock_key key, int *out);
 /* A boolean field ("enabled"/"disabled"/true/false...) as an enable state. */
 nvmlReturn_t mock_enable_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
                                nvmlEnableState_t *out);
@@ -373,6 +523,7 @@ struct mock_load {
     unsigned holders;
     double memory_share; /* of the memory, per holder */
     double utilization;  /* percent, per holder */
+    unsigned generation; /* changes whenever the file in force does (this process only) */
 };
 void mock_workload_load(const struct mock_config *cfg, unsigned pos, struct mock_load *out);
 double mock_workload_memory_share(const struct mock_config *wl);
@@ -386,27 +537,34 @@ struct mock_process {
 /* The i-th holder of device `pos` (0 when there is none). */
 int mock_workload_process(const struct mock_config *cfg, const struct mock_config *wl,
                           unsigned pos, unsigned i, struct mock_process *out);
+/* The holders of device `pos` as compute processes, without a lock:
+ * calls sink(arg, i, pid, used_bytes) for each of the first `room` of them
+ * (i = 0, 1, ...) and returns how many hold the device. */
+typedef void (*mock_pid_sink)(void *arg, unsigned i, unsigned pid, unsigned long long used_bytes);
+unsigned mock_workload_pids(const struct mock_config *cfg, unsigned pos, unsigned room,
+                            mock_pid_sink sink, void *arg);
 /* The name of a holder's PID on any device, NVML style (truncated). */
 int mock_workload_process_name(const struct mock_config *cfg, unsigned pid, char *name,
                                unsigned length);
 
-/* ---------------------------------------------------------- dynamics.c */
+/* ------------------------ patterns.c, dynamics.c, readings.c, energy.c */
 
 struct mock_board;
 void mock_board_free(struct mock_board *board);
 
 /* The effective readings of one device at one instant. */
 struct mock_readings {
+    /* eight words, no padding: a busy board's call copies them (readings.c) */
+    unsigned long long memory_used;
+    long long tlimit_c;         /* T.Limit: the margin to the slowdown point */
+    unsigned long long reasons; /* nvmlClocksEventReason* bits */
+    unsigned long long pinned_reasons; /* the reasons an override set */
     int active;                /* 0: nothing moves, every reading is the profile's */
     unsigned util_gpu, util_memory;
-    unsigned long long memory_used;
     unsigned power_mw;
     int temperature_c;
     int has_tlimit;
-    long long tlimit_c;         /* T.Limit: the margin to the slowdown point */
     unsigned sm_clock_mhz;
-    unsigned long long reasons; /* nvmlClocksEventReason* bits */
-    unsigned long long pinned_reasons; /* the reasons an override set */
     unsigned holders;
 };
 /* The clocks event reasons readings set (the others are the profile's). */
@@ -414,8 +572,9 @@ struct mock_readings {
     (nvmlClocksEventReasonGpuIdle | nvmlClocksEventReasonSwPowerCap |                 \
      nvmlClocksThrottleReasonHwSlowdown | nvmlClocksEventReasonSwThermalSlowdown |    \
      nvmlClocksThrottleReasonHwThermalSlowdown)
-/* Seconds since the epoch the readings are for: CLOCK_REALTIME, shared by
- * every process, or MOCK_NVML_CLOCK_OVERRIDE (tests pin it). */
+/* Seconds since the epoch the readings are for: CLOCK_REALTIME_COARSE (one
+ * kernel tick is the readings' quantum), shared by every process, or
+ * MOCK_NVML_CLOCK_OVERRIDE (tests pin it). */
 double mock_reading_time(void);
 /* `t` for mock_readings_at: the current mock_reading_time(), read only when
  * the device is active. */
@@ -427,6 +586,62 @@ void mock_readings_at(const struct mock_config *cfg, unsigned pos, double t,
  * and the device is active, else 0 (the caller reads the profile). */
 int mock_reading_field(const struct mock_config *cfg, unsigned pos, const char *field,
                        long long *out);
+/* The same for a key whose field moves (mock_key_moves). */
+int mock_reading_key(const struct mock_config *cfg, unsigned pos, enum mock_key key,
+                     long long *out);
+/* Whether a key's field is a moving quantity (mock_reading_field knows it). */
+int mock_key_moves(enum mock_key key);
+
+/* Typed reads of a key, as mock_dev_u64 / mock_dev_uint / mock_dev_int read
+ * its field: the value resolved at parse, or the reading when the field
+ * moves.  `pos` is a device of the snapshot (the caller's mock_begin
+ * checked it).  Inline: a field that does not move costs two loads. */
+static inline int mock_key_u64(const struct mock_config *cfg, unsigned pos, enum mock_key key,
+                               unsigned long long *out)
+{
+    const struct mock_value *v = mock_key_value(cfg, pos, key);
+    long long reading;
+    if (v->moves && mock_reading_key(cfg, pos, key, &reading))
+        return mock_reading_u64(reading, out);
+    if (v->has_u64)
+        *out = v->u64;
+    return v->has_u64;
+}
+
+static inline int mock_key_uint(const struct mock_config *cfg, unsigned pos, enum mock_key key,
+                                unsigned *out)
+{
+    unsigned long long v = 0;
+    int ok = mock_key_u64(cfg, pos, key, &v); /* before v is read */
+    return mock_narrow_uint(ok, v, out);
+}
+
+static inline int mock_key_int(const struct mock_config *cfg, unsigned pos, enum mock_key key,
+                               int *out)
+{
+    const struct mock_value *v = mock_key_value(cfg, pos, key);
+    long long reading;
+    if (v->moves && mock_reading_key(cfg, pos, key, &reading)) {
+        *out = (int)reading; /* readings are small: temperatures */
+        return 1;
+    }
+    return mock_narrow_int(v->has_i64, v->i64, out);
+}
+
+/* Utilization (percent) above which a board is busy: it runs in P0. */
+#define MOCK_BUSY_UTILIZATION 5
+/* The performance state now: P0 while the board is busy, else `idle` (the
+ * profile's state, NVML_PSTATE_UNKNOWN when it has none); an override of
+ * the state (`mokka ctl pstate`) wins. */
+unsigned mock_reading_pstate(const struct mock_config *cfg, unsigned pos, unsigned idle);
+/* The clocks event reasons active now: the profile's, with the ones
+ * readings move as they move (unless an override set them). */
+unsigned long long mock_reasons_now(const struct mock_config *cfg, unsigned pos);
+/* Every reason the boards report (nvmlDeviceGetSupportedClocksEventReasons). */
+unsigned long long mock_reasons_supported(void);
+/* The total energy counter (mJ): 1 and *out, or 0 when the board reports
+ * none.  Never decreases within a process (energy.c). */
+int mock_energy_mj(const struct mock_config *cfg, unsigned pos, unsigned long long *out);
 
 /* ----------------------------------------------------------- events.c */
 
@@ -452,5 +667,34 @@ int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValu
  * answer past 32 bits is no answer either. */
 void mock_field_uint(nvmlFieldValue_t *v, int found, unsigned long long value);
 void mock_field_ull(nvmlFieldValue_t *v, int found, unsigned long long value);
+
+/* ------------------------------------------------- a call's fast path */
+
+static inline void mock_end(struct mock_call *call)
+{
+    mock_release(call->cfg);
+    call->cfg = NULL;
+}
+
+static inline nvmlReturn_t mock_begin(struct mock_call *call, nvmlDevice_t device,
+                                      enum mock_guard guard)
+{
+    call->cfg = mock_acquire();
+    if (call->cfg == NULL)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!mock_handle_pos(device, &call->pos) || call->pos >= call->cfg->device_count) {
+        mock_end(call);
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    /* a healthy device pays this one predictable branch */
+    if (guard == MOCK_GUARDED && __builtin_expect(mock_failure_armed(call->cfg, call->pos), 0)) {
+        nvmlReturn_t r = mock_failure_check(call->cfg, call->pos);
+        if (r != NVML_SUCCESS) {
+            mock_end(call);
+            return r;
+        }
+    }
+    return NVML_SUCCESS;
+}
 
 #endif

@@ -1,6 +1,5 @@
 /*
- * NVLink links, their traffic and error counters, the GPU fabric identity,
- * and the addressing mode.
+ * NVLink links, their traffic and error counters, and their field values.
  *
  * The engine config lists each device's links with their far end
  * (`nvlink.link.<l>.remote_type` = switch | gpu and, where the far end is
@@ -9,18 +8,12 @@
  * `utilization.gpu` percent of its bandwidth in each direction, a meter
  * (meters.c), so counters only climb and monitoring agents see a rate that
  * follows `mokka ctl util`.  Errors are the ones `mokka ctl nvlink-error`
- * adds (`nvlink_errors.<link>`).
- *
- * The fabric identity is the profile's, with this node's ComputeDomain
- * clique already folded in by the daemon; state `auto` follows the fabric
- * manager's readiness marker, so GPUs report IN_PROGRESS until the fabric
- * manager is up.
+ * adds (`nvlink_errors.<link>`).  The GPU's fabric identity, which the
+ * fabric manager registers over these links, is fabric.c's.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
 
 #include "mock.h"
 
@@ -432,131 +425,4 @@ int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValu
     default:
         return 0;
     }
-}
-
-/* ------------------------------------------------------------------ fabric */
-
-static int parse_uuid(const char *text, unsigned char out[16])
-{
-    unsigned n = 0;
-    for (const char *p = text; *p && n < 32; p++) {
-        if (*p == '-')
-            continue;
-        unsigned nibble;
-        if (*p >= '0' && *p <= '9')
-            nibble = (unsigned)(*p - '0');
-        else if (*p >= 'a' && *p <= 'f')
-            nibble = (unsigned)(*p - 'a' + 10);
-        else if (*p >= 'A' && *p <= 'F')
-            nibble = (unsigned)(*p - 'A' + 10);
-        else
-            return 0;
-        if (n % 2 == 0)
-            out[n / 2] = (unsigned char)(nibble << 4);
-        else
-            out[n / 2] |= (unsigned char)nibble;
-        n++;
-    }
-    return n == 32;
-}
-
-/* The states a profile may pin; `auto` follows the fabric manager. */
-static const struct mock_enum_name FABRIC_STATES[] = {
-    {"completed", NVML_GPU_FABRIC_STATE_COMPLETED},
-    {"in_progress", NVML_GPU_FABRIC_STATE_IN_PROGRESS},
-    {"not_started", NVML_GPU_FABRIC_STATE_NOT_STARTED},
-};
-
-/* A mock_reader: the device's fabric identity in the v1 record, which
- * every version of the query starts from; 0 (and `out` untouched) when the
- * profile has none. */
-static int fabric_of(const struct mock_config *cfg, unsigned pos, void *out)
-{
-    nvmlGpuFabricInfo_t *f = out;
-    const char *state = mock_dev_get(cfg, pos, "fabric.state");
-    if (state == NULL)
-        return 0;
-    /* Field by field, not memset: the record is the caller's (v1), and
-     * NVML writes its fields, not its padding. */
-    memset(f->clusterUuid, 0, sizeof f->clusterUuid);
-    f->status = NVML_SUCCESS;
-    f->cliqueId = 0;
-    const char *uuid = mock_dev_get(cfg, pos, "fabric.cluster_uuid");
-    if (uuid != NULL && !parse_uuid(uuid, f->clusterUuid))
-        memset(f->clusterUuid, 0, sizeof f->clusterUuid);
-    mock_dev_uint(cfg, pos, "fabric.clique_id", &f->cliqueId);
-    unsigned fixed;
-    if (mock_enum_lookup(state, FABRIC_STATES, MOCK_COUNT(FABRIC_STATES), &fixed)) {
-        f->state = (nvmlGpuFabricState_t)fixed;
-    } else if (strcasecmp(state, "auto") == 0) {
-        /* Registered once the fabric manager has written its marker. */
-        const char *marker = mock_cfg_get(cfg, "paths.fabric_ready_marker");
-        char path[8192];
-        struct stat st;
-        int n = marker == NULL ? -1
-                : marker[0] == '/' ? snprintf(path, sizeof path, "%s", marker)
-                                   : snprintf(path, sizeof path, "%s/%s", cfg->dir, marker);
-        int ready = n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0;
-        f->state = ready ? NVML_GPU_FABRIC_STATE_COMPLETED : NVML_GPU_FABRIC_STATE_IN_PROGRESS;
-    } else {
-        f->state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
-    }
-    return 1;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device,
-                                                 nvmlGpuFabricInfo_t *gpuFabricInfo)
-{
-    if (gpuFabricInfo == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    return mock_read(device, fabric_of, gpuFabricInfo);
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
-                                                  nvmlGpuFabricInfoV_t *gpuFabricInfo)
-{
-    if (gpuFabricInfo == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned version = gpuFabricInfo->version;
-    if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3)
-        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    nvmlGpuFabricInfo_t f;
-    nvmlReturn_t r = mock_read(device, fabric_of, &f);
-    if (r == NVML_SUCCESS) {
-        memcpy(gpuFabricInfo->clusterUuid, f.clusterUuid, sizeof f.clusterUuid);
-        gpuFabricInfo->status = f.status;
-        gpuFabricInfo->cliqueId = f.cliqueId;
-        gpuFabricInfo->state = f.state;
-        /* A registered fabric is healthy: full bandwidth, no recovery. */
-        int done = f.state == NVML_GPU_FABRIC_STATE_COMPLETED;
-        gpuFabricInfo->healthMask =
-            done ? (NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
-                    << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) |
-                       (NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE
-                        << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY) |
-                       (NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE
-                        << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY) |
-                       (NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_FALSE
-                        << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY)
-                 : 0;
-        if (version == nvmlGpuFabricInfo_v3)
-            gpuFabricInfo->healthSummary = done ? NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
-                                                : NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
-    }
-    return r;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device,
-                                                  nvmlDeviceAddressingMode_t *mode)
-{
-    if (mode == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (mode->version != nvmlDeviceAddressingMode_v1)
-        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    static const struct mock_enum_name modes[] = {{"hmm", NVML_DEVICE_ADDRESSING_MODE_HMM},
-                                                  {"ats", NVML_DEVICE_ADDRESSING_MODE_ATS},
-                                                  {"none", NVML_DEVICE_ADDRESSING_MODE_NONE}};
-    /* No (known) mode in the profile: the board predates the query. */
-    return mock_enum_field(device, MOCK_GUARDED, "addressing_mode", modes, MOCK_COUNT(modes),
-                           MOCK_ENUM_REQUIRED, &mode->value);
 }

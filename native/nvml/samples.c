@@ -127,26 +127,35 @@ static unsigned share(const struct mock_config *cfg, unsigned pos, unsigned proc
     return processes ? value / processes : 0;
 }
 
+static void store_pid(void *arg, unsigned i, unsigned pid, unsigned long long used)
+{
+    (void)used;
+    ((unsigned *)arg)[i] = pid;
+}
+
 /* The processes with some utilization (NVML reports no idle ones); their
  * number, at most `room` of them stored in `out`. */
 static unsigned busy_processes(const struct mock_config *cfg, unsigned pos,
                                struct process_util *out, unsigned room)
 {
     unsigned listed = 0, busy = 0;
-    mock_dev_list_len(cfg, pos, "processes", &listed);
+    unsigned long long count = 0;
+    if (mock_parse_u64(mock_dev_get(cfg, pos, "processes.count"), &count) && count > 0)
+        mock_dev_list_len(cfg, pos, "processes", &listed); /* most boards list none */
     /* The containers holding the GPU (workload.c) come after the profile's
-     * processes and share the device's utilization with them. */
-    struct mock_config *wl = mock_workload_acquire(cfg);
-    unsigned total = listed + mock_workload_holders(wl, pos);
+     * processes and share the device's utilization with them; as many as
+     * the caller can take are named. */
+    unsigned held_pids[256];
+    unsigned held = mock_workload_pids(cfg, pos, MOCK_COUNT(held_pids), store_pid, held_pids);
+    unsigned total = listed + held;
     for (unsigned i = 0; i < total; i++) {
         char field[64];
         struct process_util u = {0};
-        struct mock_process held;
         if (i < listed) {
             snprintf(field, sizeof field, "processes.%u.pid", i);
             mock_dev_uint(cfg, pos, field, &u.pid);
-        } else if (mock_workload_process(cfg, wl, pos, i - listed, &held)) {
-            u.pid = held.pid;
+        } else if (i - listed < MOCK_COUNT(held_pids)) {
+            u.pid = held_pids[i - listed];
         }
         /* a holder has no entry of its own: `processes.<i>` past the
          * profile's list is absent, so it takes the even split */
@@ -162,8 +171,6 @@ static unsigned busy_processes(const struct mock_config *cfg, unsigned pos,
             out[busy] = u;
         busy++;
     }
-    if (wl != NULL)
-        mock_release(wl);
     return busy;
 }
 

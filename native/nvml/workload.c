@@ -12,7 +12,12 @@
  * message: a workload never fails nvmlInit or a call.
  *
  * Snapshots are mock_config's, reference counted, so a call keeps one
- * consistent view while the file is swapped.
+ * consistent view while the file is swapped.  What the hot calls need of a
+ * snapshot (each device's holder count, shares and holder PIDs) is copied
+ * into static tables when it is loaded and read without a lock, so a
+ * reading or a process list on a held GPU costs no more than on an idle
+ * one; names (nvmlSystemGetProcessName, nvidia-smi's process table) are
+ * read from the snapshot itself, under the lock.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -40,11 +45,16 @@ static int g_checked;                   /* the file was looked at for g_dir */
  * (mock_check_count): while both hold, nothing needs a look at the file,
  * and a reading costs no clock and no system call. */
 static struct mock_load g_load[MOCK_MAX_DEVICES];
+/* The PIDs of each device's first HELD_PIDS holders, under the same
+ * sequence lock; a device with more holders is listed under g_lock. */
+#define HELD_PIDS 64
+static unsigned g_pids[MOCK_MAX_DEVICES][HELD_PIDS];
 static unsigned g_seq;
 static const struct mock_config *g_seen;
 static unsigned long long g_seen_check;
 
 static unsigned process_count(const struct mock_config *wl, unsigned pos);
+static unsigned holder_pid(const struct mock_config *wl, unsigned pos, unsigned i);
 static double global_double(const struct mock_config *wl, const char *key, double lo, double hi);
 
 static void replace(struct mock_config *next)
@@ -57,9 +67,12 @@ static void replace(struct mock_config *next)
     __atomic_store_n(&g_seq, g_seq + 1, __ATOMIC_RELAXED); /* odd: changing */
     __atomic_thread_fence(__ATOMIC_RELEASE);
     for (unsigned pos = 0; pos < MOCK_MAX_DEVICES; pos++) {
-        __atomic_store_n(&g_load[pos].holders, process_count(next, pos), __ATOMIC_RELAXED);
+        unsigned holders = process_count(next, pos);
+        __atomic_store_n(&g_load[pos].holders, holders, __ATOMIC_RELAXED);
         __atomic_store(&g_load[pos].memory_share, &share, __ATOMIC_RELAXED);
         __atomic_store(&g_load[pos].utilization, &util, __ATOMIC_RELAXED);
+        for (unsigned i = 0; i < holders && i < HELD_PIDS; i++)
+            __atomic_store_n(&g_pids[pos][i], holder_pid(next, pos, i), __ATOMIC_RELAXED);
     }
     __atomic_store_n(&g_seq, g_seq + 1, __ATOMIC_RELEASE); /* even: stable */
 }
@@ -126,21 +139,38 @@ struct mock_config *mock_workload_acquire(const struct mock_config *cfg)
     return wl;
 }
 
+/* The lock-free read of the tables: fast_begin says whether they are
+ * current for `cfg` with no writer in the way (and the sequence number to
+ * check afterwards), fast_done whether nothing changed while they were
+ * copied.  Otherwise the caller takes g_lock (and track()s the file). */
+static int fast_begin(const struct mock_config *cfg, unsigned *seq)
+{
+    *seq = __atomic_load_n(&g_seq, __ATOMIC_ACQUIRE);
+    return !(*seq & 1) && __atomic_load_n(&g_seen, __ATOMIC_RELAXED) == cfg &&
+           mock_check_count() == __atomic_load_n(&g_seen_check, __ATOMIC_RELAXED);
+}
+
+static int fast_done(unsigned seq)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&g_seq, __ATOMIC_RELAXED) == seq;
+}
+
 void mock_workload_load(const struct mock_config *cfg, unsigned pos, struct mock_load *out)
 {
-    memset(out, 0, sizeof *out);
-    if (pos >= MOCK_MAX_DEVICES)
+    if (pos >= MOCK_MAX_DEVICES) {
+        memset(out, 0, sizeof *out);
         return;
+    }
     /* Fast path: nothing to re-check, and no writer in the way. */
-    unsigned seq = __atomic_load_n(&g_seq, __ATOMIC_ACQUIRE);
-    if (!(seq & 1) && __atomic_load_n(&g_seen, __ATOMIC_RELAXED) == cfg &&
-        mock_check_count() == __atomic_load_n(&g_seen_check, __ATOMIC_RELAXED)) {
+    unsigned seq;
+    if (fast_begin(cfg, &seq)) {
         struct mock_load copy;
         copy.holders = __atomic_load_n(&g_load[pos].holders, __ATOMIC_RELAXED);
         __atomic_load(&g_load[pos].memory_share, &copy.memory_share, __ATOMIC_RELAXED);
         __atomic_load(&g_load[pos].utilization, &copy.utilization, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&g_seq, __ATOMIC_RELAXED) == seq) {
+        copy.generation = seq;
+        if (fast_done(seq)) {
             *out = copy;
             return;
         }
@@ -148,7 +178,52 @@ void mock_workload_load(const struct mock_config *cfg, unsigned pos, struct mock
     pthread_mutex_lock(&g_lock);
     track(cfg);
     *out = g_load[pos];
+    out->generation = g_seq; /* even: writers hold g_lock */
     pthread_mutex_unlock(&g_lock);
+}
+
+/* What each holder of `pos` uses: its share of the board's memory. */
+static unsigned long long held_bytes(const struct mock_config *cfg, unsigned pos, double share)
+{
+    if (pos >= cfg->device_count)
+        return 0;
+    const struct mock_value *total = mock_key_value(cfg, pos, MOCK_KEY_MEMORY_TOTAL);
+    return total->has_u64 ? (unsigned long long)((double)total->u64 * share) : 0;
+}
+
+unsigned mock_workload_pids(const struct mock_config *cfg, unsigned pos, unsigned room,
+                            mock_pid_sink sink, void *arg)
+{
+    if (pos >= MOCK_MAX_DEVICES)
+        return 0;
+    unsigned seq;
+    if (fast_begin(cfg, &seq)) {
+        unsigned holders = __atomic_load_n(&g_load[pos].holders, __ATOMIC_RELAXED);
+        double share;
+        __atomic_load(&g_load[pos].memory_share, &share, __ATOMIC_RELAXED);
+        unsigned n = holders < room ? holders : room;
+        if (n <= HELD_PIDS) {
+            unsigned pids[HELD_PIDS];
+            for (unsigned i = 0; i < n; i++)
+                pids[i] = __atomic_load_n(&g_pids[pos][i], __ATOMIC_RELAXED);
+            if (fast_done(seq)) {
+                unsigned long long used = n ? held_bytes(cfg, pos, share) : 0;
+                for (unsigned i = 0; i < n; i++)
+                    sink(arg, i, pids[i], used);
+                return holders;
+            }
+        }
+    }
+    /* more holders than the table keeps, or a change under way: the snapshot */
+    pthread_mutex_lock(&g_lock);
+    track(cfg);
+    struct mock_config *wl = g_workload;
+    unsigned holders = process_count(wl, pos);
+    unsigned long long used = held_bytes(cfg, pos, mock_workload_memory_share(wl));
+    for (unsigned i = 0; i < holders && i < room; i++)
+        sink(arg, i, holder_pid(wl, pos, i), used);
+    pthread_mutex_unlock(&g_lock);
+    return holders;
 }
 
 /* mock_dev_list_len wants `<list>.count`; the file spells it process_count. */
@@ -161,6 +236,15 @@ static unsigned process_count(const struct mock_config *wl, unsigned pos)
     snprintf(key, sizeof key, "device.%u.process_count", pos);
     snprintf(prefix, sizeof prefix, "device.%u.process.", pos);
     return mock_cfg_list_len(wl, key, prefix, &n) ? n : 0;
+}
+
+static unsigned holder_pid(const struct mock_config *wl, unsigned pos, unsigned i)
+{
+    char field[64];
+    unsigned pid = 0;
+    snprintf(field, sizeof field, "process.%u.pid", i);
+    mock_dev_uint(wl, pos, field, &pid);
+    return pid;
 }
 
 unsigned mock_workload_holders(const struct mock_config *wl, unsigned pos)
@@ -192,16 +276,12 @@ int mock_workload_process(const struct mock_config *cfg, const struct mock_confi
     if (i >= process_count(wl, pos))
         return 0;
     char field[64];
-    unsigned long long total = 0;
-    out->pid = 0;
-    snprintf(field, sizeof field, "process.%u.pid", i);
-    mock_dev_uint(wl, pos, field, &out->pid);
+    out->pid = holder_pid(wl, pos, i);
     snprintf(field, sizeof field, "process.%u.name", i);
     out->name = mock_dev_get(wl, pos, field);
     if (out->name == NULL)
         out->name = "";
-    mock_dev_raw_u64(cfg, pos, "memory.total_bytes", &total);
-    out->used_bytes = (unsigned long long)((double)total * mock_workload_memory_share(wl));
+    out->used_bytes = held_bytes(cfg, pos, mock_workload_memory_share(wl));
     return 1;
 }
 

@@ -1,0 +1,285 @@
+/*
+ * When the board model runs, and how its readings reach the getters
+ * (docs/workloads.md, "Cost and the clock quantum").
+ *
+ * Time is CLOCK_REALTIME_COARSE: the wall clock as of the kernel's last
+ * timer tick, one value the kernel keeps for every process; readings are a
+ * function of it alone (patterns.c), so two processes reading the same GPU
+ * at the same instant agree.  MOCK_NVML_CLOCK_OVERRIDE (seconds since the
+ * epoch; for tests) pins the clock.
+ *
+ * The readings of an active device are derived (dynamics.c) once per tick
+ * of that clock (and per config snapshot and workload file) and kept in its
+ * board: every getter of the same tick copies them (see struct
+ * reading_cache), so a busy board's call costs about what an idle one's
+ * does.  The energy counter (energy.c) keeps its last answer in the same
+ * kind of memo.
+ *
+ * Apart from the model because this is the hot path: every getter of a
+ * moving field comes through here (mock_reading_key, mock_reading_field),
+ * and the memo's hit, the board lookup and the clock are inline in it.  The
+ * same place answers what follows from the readings: the performance state
+ * (P0 while busy) and the clocks event reasons.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dynamics.h"
+
+/* Set when MOCK_NVML_CLOCK_OVERRIDE was in the environment at load: only
+ * then is the variable read at each reading (a test sweeping instants in
+ * one process changes it), so a node never pays for the lookup. */
+int mock_clock_pinned;
+/* MOCK_NVML_READING_CACHE=0 at load: every reading is derived afresh (tests
+ * compare the cached readings with the formula's). */
+int mock_cache_off;
+
+__attribute__((constructor)) static void readings_start(void)
+{
+    mock_clock_pinned = getenv("MOCK_NVML_CLOCK_OVERRIDE") != NULL;
+    const char *cache = getenv("MOCK_NVML_READING_CACHE");
+    mock_cache_off = cache != NULL && strcmp(cache, "0") == 0;
+}
+
+/* ------------------------------------------------------------------ clock */
+
+double mock_reading_time(void)
+{
+    struct instant now;
+    instant_now(&now);
+    return instant_seconds(&now);
+}
+
+/* ------------------------------------------------------------- the memos */
+
+void mock_memo_put(struct tick_memo *m, unsigned long long *words, size_t n,
+                   unsigned long long key, unsigned generation, unsigned long long owner,
+                   const void *answer)
+{
+    unsigned seq = __atomic_load_n(&m->seq, __ATOMIC_RELAXED);
+    if ((seq & 1) || !__atomic_compare_exchange_n(&m->seq, &seq, seq + 1, 0, __ATOMIC_ACQUIRE,
+                                                  __ATOMIC_RELAXED))
+        return; /* another thread is writing */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&m->key, key, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->generation, generation, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->owner, owner, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < n; i++) {
+        unsigned long long word;
+        memcpy(&word, (const char *)answer + 8 * i, 8);
+        __atomic_store_n(&words[i], word, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&m->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+static int cache_get(const struct mock_board *b, unsigned long long key, unsigned generation,
+                     struct mock_readings *out)
+{
+    return memo_get(&b->cache.memo, b->cache.words, READING_WORDS, key, generation, 0, out);
+}
+
+static void cache_put(const struct mock_board *b, unsigned long long key, unsigned generation,
+                      const struct mock_readings *r)
+{
+    struct reading_cache *c = (struct reading_cache *)&b->cache; /* the board's mutable part */
+    mock_memo_put(&c->memo, c->words, READING_WORDS, key, generation, 0, r);
+}
+
+/* Readings with nothing derived yet: the profile's, and who holds the board. */
+static void blank(struct mock_readings *out, unsigned holders)
+{
+    memset(out, 0, sizeof *out);
+    out->holders = holders;
+}
+
+/* The readings now, when the board is active (1); else 0 with `out` left
+ * as it was and *holders set: the profile's values stand. */
+__attribute__((always_inline)) static inline int
+readings_now(const struct mock_config *cfg, unsigned pos, struct mock_readings *out,
+             unsigned *holders)
+{
+    const struct mock_board *b = board_of(cfg, pos);
+    struct mock_load load;
+    mock_workload_load(cfg, pos, &load);
+    *holders = load.holders;
+    if (b == NULL || (load.holders == 0 && !b->dynamic))
+        return 0; /* not active: no clock is read */
+    struct instant now;
+    instant_now(&now);
+    if (!mock_cache_off && cache_get(b, now.key, load.generation, out))
+        return 1;
+    blank(out, load.holders);
+    mock_derive(b, &load, pos, instant_seconds(&now), out);
+    if (!mock_cache_off)
+        cache_put(b, now.key, load.generation, out);
+    return 1;
+}
+
+void mock_readings_at(const struct mock_config *cfg, unsigned pos, double t,
+                      struct mock_readings *out)
+{
+    unsigned holders = 0;
+    if (pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES) {
+        blank(out, 0);
+    } else if (t == MOCK_READING_NOW) {
+        if (!readings_now(cfg, pos, out, &holders))
+            blank(out, holders);
+    } else {
+        const struct mock_board *b = board_of(cfg, pos);
+        struct mock_load load;
+        mock_workload_load(cfg, pos, &load);
+        blank(out, load.holders);
+        if (b != NULL && (load.holders > 0 || b->dynamic))
+            mock_derive(b, &load, pos, t, out);
+    }
+}
+
+/* ------------------------------------------------- readings as fields */
+
+enum quantity {
+    Q_UTIL, Q_UTIL_MEMORY, Q_MEMORY_USED, Q_POWER, Q_TEMPERATURE, Q_TLIMIT, Q_CLOCK, Q_REASON
+};
+
+static const struct {
+    const char *field;
+    enum quantity q;
+} MOVING[] = {
+    {"utilization.gpu", Q_UTIL},
+    {"utilization.memory", Q_UTIL_MEMORY},
+    {"memory.used_bytes", Q_MEMORY_USED},
+    {"power.current_draw_mw", Q_POWER},
+    {"thermal.temperature_gpu_c", Q_TEMPERATURE},
+    /* the margin to the slowdown point shrinks as the board warms */
+    {"thermal.tlimit_c", Q_TLIMIT},
+    {"clocks.sm_current", Q_CLOCK},
+    {"clocks.graphics_current", Q_CLOCK},
+};
+
+/* Which moving quantity `field` names (the reasons: which bit, in *bit). */
+static int quantity_of(const char *field, enum quantity *q, unsigned long long *bit)
+{
+    /* Most lookups are of fields that never move: turn them away on their
+     * first letters before any string comparison. */
+    switch (field[0]) {
+    case 'u': case 'm': case 'p': case 't': case 'c': break;
+    default: return 0;
+    }
+    for (size_t i = 0; i < MOCK_COUNT(MOVING); i++) {
+        if (MOVING[i].field[1] == field[1] && strcmp(field, MOVING[i].field) == 0) {
+            *q = MOVING[i].q;
+            return 1;
+        }
+    }
+    if (strncmp(field, "clocks_", 7) != 0)
+        return 0;
+    for (size_t i = 0; i < MOCK_COUNT(mock_reason_fields); i++) {
+        if ((mock_reason_fields[i].bit & MOCK_READING_REASONS) &&
+            strcmp(field, mock_reason_fields[i].field) == 0) {
+            *q = Q_REASON;
+            *bit = mock_reason_fields[i].bit;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A moving quantity's effective value (mock_reading_field's answer). */
+__attribute__((always_inline)) static inline int
+reading_of(const struct mock_config *cfg, unsigned pos, enum quantity q, unsigned long long bit,
+           long long *out)
+{
+    struct mock_readings r;
+    unsigned holders;
+    if (pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES || !readings_now(cfg, pos, &r, &holders))
+        return 0;
+    /* a reason an override set reads as the override says */
+    if (r.pinned_reasons & bit)
+        return 0;
+    switch (q) {
+    case Q_UTIL: *out = r.util_gpu; break;
+    case Q_UTIL_MEMORY: *out = r.util_memory; break;
+    case Q_MEMORY_USED: *out = (long long)r.memory_used; break;
+    case Q_POWER: *out = r.power_mw; break;
+    case Q_TEMPERATURE: *out = r.temperature_c; break;
+    case Q_TLIMIT:
+        if (!r.has_tlimit)
+            return 0; /* the board reports no T.Limit */
+        *out = r.tlimit_c;
+        break;
+    case Q_CLOCK: *out = r.sm_clock_mhz; break;
+    case Q_REASON: *out = (r.reasons & bit) != 0; break;
+    }
+    return 1;
+}
+
+int mock_reading_field(const struct mock_config *cfg, unsigned pos, const char *field,
+                       long long *out)
+{
+    enum quantity q;
+    unsigned long long bit = 0;
+    return quantity_of(field, &q, &bit) && reading_of(cfg, pos, q, bit, out);
+}
+
+/* Which quantity each key's field is, by quantity_of itself (at load): a
+ * key moves exactly when its field does. */
+static struct {
+    int moves;
+    enum quantity q;
+    unsigned long long bit;
+} g_key_quantity[MOCK_KEY_COUNT];
+
+__attribute__((constructor)) static void key_quantities(void)
+{
+    for (unsigned key = 0; key < MOCK_KEY_COUNT; key++)
+        g_key_quantity[key].moves = quantity_of(mock_key_field(key), &g_key_quantity[key].q,
+                                                &g_key_quantity[key].bit);
+}
+
+int mock_key_moves(enum mock_key key)
+{
+    return g_key_quantity[key].moves;
+}
+
+int mock_reading_key(const struct mock_config *cfg, unsigned pos, enum mock_key key,
+                     long long *out)
+{
+    return g_key_quantity[key].moves &&
+           reading_of(cfg, pos, g_key_quantity[key].q, g_key_quantity[key].bit, out);
+}
+
+/* ------------------------------------------------ what follows from them */
+
+unsigned long long mock_reasons_supported(void)
+{
+    unsigned long long all = 0;
+    for (size_t i = 0; i < MOCK_COUNT(mock_reason_fields); i++)
+        all |= mock_reason_fields[i].bit;
+    return all;
+}
+
+unsigned long long mock_reasons_now(const struct mock_config *cfg, unsigned pos)
+{
+    if (pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES)
+        return 0;
+    const struct mock_board *b = board_of(cfg, pos);
+    if (b == NULL)
+        return 0;
+    struct mock_readings now;
+    mock_readings_at(cfg, pos, MOCK_READING_NOW, &now);
+    /* the reasons readings move, unless an override set them */
+    unsigned long long derived = now.active ? MOCK_READING_REASONS & ~now.pinned_reasons : 0;
+    return (now.reasons & derived) | (b->profile_reasons & ~derived);
+}
+
+unsigned mock_reading_pstate(const struct mock_config *cfg, unsigned pos, unsigned idle)
+{
+    if (idle == NVML_PSTATE_UNKNOWN || pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES)
+        return idle;
+    const struct mock_board *b = board_of(cfg, pos);
+    if (b == NULL || b->pstate_pinned)
+        return idle; /* `mokka ctl pstate` wins */
+    struct mock_readings now;
+    mock_readings_at(cfg, pos, MOCK_READING_NOW, &now);
+    double util = now.active ? now.util_gpu : b->util;
+    return util > MOCK_BUSY_UTILIZATION ? NVML_PSTATE_0 : idle;
+}
