@@ -11,7 +11,9 @@ stages it):
 * ``python -c pass``: the floor (starting this interpreter at all);
 * ``mokka ctl status``, ``temp --gpu 0``, ``temp --gpu <UUID>``, ``xid``
   and ``--help``, each as ``python -m mokka ctl ...`` (what the ``mokka``
-  console script runs).
+  console script runs);
+* ``mokka fabricmanager-ctl -q``, the other command a script or probe
+  calls per question (the same goal: it reads one file).
 
 Each figure is the median over ``--runs`` processes of the wall time and of
 the CPU time (user + system, from the child's resource usage): on a busy
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from figures import report
 
-from mokka.layout import CONFIG_DIR, ENGINE_CONFIG
+from mokka.layout import CONFIG_DIR, ENGINE_CONFIG, FABRIC_READY_MARKER
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile
 
@@ -65,10 +67,14 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def scratch_node(root: Path) -> str:
-    """A node root as a staged daemon leaves it (engine config only); a GPU's UUID."""
+    """A node root as a staged daemon leaves it (engine config, fabric manager
+    marker: ``fabricmanager-ctl -q`` answers READY, exit 0); a GPU's UUID."""
     state = compile_profile("h100", node_name="bench-node")
     (root / CONFIG_DIR.lstrip("/")).mkdir(parents=True)
     (root / ENGINE_CONFIG.lstrip("/")).write_text(render_engine_config(state))
+    marker = root / FABRIC_READY_MARKER.lstrip("/")
+    marker.parent.mkdir(parents=True)
+    marker.touch()
     return state.gpus[3].uuid
 
 
@@ -108,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             "mokka ctl temp --gpu UUID": [*ctl, "temp", *where, "--gpu", uuid, "--celsius", "71"],
             "mokka ctl xid": [*ctl, "xid", *where, "--gpu", "1", "--code", "79"],
             "mokka ctl --help": [*ctl, "--help"],
+            "mokka fabricmanager-ctl -q": ["-m", "mokka", "fabricmanager-ctl", "-q", *where],
         }
         for case in cases.values():  # compile and cache the bytecode, unmeasured
             timed([sys.executable, *case], env)

@@ -17,7 +17,6 @@ links, fifos and devices, a JSON record of what to make again.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import stat
@@ -60,6 +59,9 @@ def save(norm: str, real: Path, existing: os.stat_result, backups: Path, owner: 
         # A socket cannot be made again (its listener owns it): refuse, as
         # for a directory, rather than leave the node without it.
         raise HostPathError(f"{norm}: a socket is in the way")
+    # imported here: only a converge that replaces a file someone else owns needs it
+    import hashlib
+
     name = hashlib.sha256(norm.encode()).hexdigest()[:32]
     mine = owner_dir(backups, owner, create=True)
     assert mine is not None

@@ -22,18 +22,25 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+#: Each command and the module that registers it, in the order ``--help``
+#: lists them.  A call parses with a parser holding only its own command's
+#: module: the full parser imports every command's module, and each drags in
+#: what the others never use (``mokka ctl`` would pay for the daemon's
+#: simulators and health server, ten times what ctl itself needs; the daemon
+#: for ctl's verbs).  Only ``--help``, ``--version`` and a misspelt command
+#: build the full one.  ``tests/test_startup_imports.py`` keeps this table
+#: equal to what the modules register, and checks what each command imports.
+COMMAND_MODULES: dict[str, str] = {
+    "daemon": "mokka.daemon.command",
+    "cleanup": "mokka.daemon.command",
+    "ctl": "mokka.ctl",
+    "fabricmanager-ctl": "mokka.fabricmanager_ctl",
+}
 #: Modules providing subcommands, in the order ``--help`` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "mokka.daemon.command",
-    "mokka.ctl",
-    "mokka.fabricmanager_ctl",
-)
-#: Commands parsed by a parser that holds only their own module, when they
-#: come first on the command line.  ``mokka ctl`` runs once per change in a
-#: fault drill, and the full parser imports what the daemon's flags are
-#: declared with (every simulator, the health server): ten times what ctl
-#: itself needs.  ``tests/test_ctl_messages.py`` checks what a verb imports.
-LONE_COMMANDS: dict[str, str] = {"ctl": "mokka.ctl"}
+SUBCOMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMAND_MODULES.values()))
+#: What the command line may start with instead of a command, and still not
+#: mean ``mokka daemon``.
+_TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 #: How argparse's ``type=`` failures are spelt for a human.
 _TYPE_NAMES = {"int": "an integer", "float": "a number"}
@@ -117,23 +124,23 @@ def command_names(parser: argparse.ArgumentParser) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] in LONE_COMMANDS:
-        args = build_parser([LONE_COMMANDS[args_list[0]]]).parse_args(args_list)
-        return int(args.func(args))
-    parser = build_parser()
-    known = command_names(parser)
     first = args_list[0] if args_list else None
-    if first is not None and not first.startswith("-") and first not in known:
+    if first is None or (first.startswith("-") and first not in _TOP_LEVEL_FLAGS):
+        args_list.insert(0, "daemon")
+        first = "daemon"
+    if first in COMMAND_MODULES:
+        parser = build_parser([COMMAND_MODULES[first]])
+    elif first in _TOP_LEVEL_FLAGS:
+        parser = build_parser()
+    else:
         # A word where a command goes is a misspelt command, not a stray
         # argument of the default command.
         print(
-            f"mokka: error: unknown command {first!r}, expected one of: {', '.join(known)} "
-            "(no command: daemon)",
+            f"mokka: error: unknown command {first!r}, expected one of: "
+            f"{', '.join(COMMAND_MODULES)} (no command: daemon)",
             file=sys.stderr,
         )
         return 2
-    if first is None or first not in (*known, "-h", "--help", "--version"):
-        args_list.insert(0, "daemon")
     args = parser.parse_args(args_list)
     return int(args.func(args))
 

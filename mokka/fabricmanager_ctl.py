@@ -13,9 +13,8 @@ import argparse
 import os
 from pathlib import Path
 
+from mokka import layout
 from mokka.host import Host
-from mokka.settings import LOCAL_ROOT
-from mokka.simulators.fabricmanager import marker_present
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,8 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The root as the daemon finds it: ``--root``, ``MOKKA_ROOT``, then ``./mokka-node``."""
-    root = Path(args.root or os.environ.get("MOKKA_ROOT") or LOCAL_ROOT)
-    if marker_present(Host(root)):
+    root = Path(args.root or os.environ.get("MOKKA_ROOT") or layout.LOCAL_ROOT)
+    # The marker's path, not ``fabricmanager.marker_present``: importing the
+    # simulator module brings the daemon's stack (trio, every simulator's
+    # registry) into a query that only looks at one file.
+    if Host(root).exists(layout.FABRIC_READY_MARKER):
         print("READY")
         return 0
     print("NOT READY")

@@ -11,9 +11,7 @@ every caller (callers reach them as ``fsops.name``, never as a copy).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -23,6 +21,10 @@ from mokka.artifacts import CharDevice
 
 def file_digest(path: Path) -> str:
     """sha256 of a file, read in 1 MiB chunks (libraries and binaries are megabytes)."""
+    # imported here, as ctypes below: a process that only reads a node root
+    # (``mokka ctl``) compares and syncs nothing
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -83,6 +85,8 @@ def sync_filesystem(root: Path) -> None:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if syncfs(fd) != 0:
+            import ctypes  # loaded already: ``_libc_syncfs`` imported it
+
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err), str(root))
     finally:
@@ -92,6 +96,8 @@ def sync_filesystem(root: Path) -> None:
 @functools.cache
 def _libc_syncfs():
     """libc's ``syncfs`` (one filesystem, unlike ``os.sync``), or ``None`` where there is none."""
+    import ctypes
+
     try:
         return ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):

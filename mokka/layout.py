@@ -8,6 +8,14 @@ GFD's ``--nvidia-driver-root``, the DRA driver's ``nvidiaDriverRoot``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+#: Node root of a local run (``mokka`` with no flags; ``mokka ctl`` and
+#: ``fabricmanager-ctl`` without ``--root`` or ``MOKKA_ROOT``): a directory in
+#: the current working directory, so a laptop run never needs root.  Not a
+#: node path: kept here, not with the daemon's settings, so that those
+#: commands find it without importing the settings.
+LOCAL_ROOT = Path("mokka-node")
 #: Mokka's own bookkeeping (manifests, backups).  Kept apart from the
 #: simulators' state root so that consumers mounting that tree never see it.
 MOKKA_STATE_DIR = "/var/lib/mokka"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -26,10 +25,8 @@ from typing import Any
 import attrs
 
 from mokka.errors import SpecError
+from mokka.layout import LOCAL_ROOT
 
-#: Node root of a local run (``mokka`` with no flags): a directory in the
-#: current working directory, so a laptop run never needs root.
-LOCAL_ROOT = Path("mokka-node")
 #: Health address unless ``--health-addr`` says otherwise: loopback only,
 #: whatever the root.  Exposing the probes (and the input excerpts their
 #: bodies carry) to a network is a decision, not a default: the chart passes
@@ -99,6 +96,15 @@ def _seconds(flag: str, value: Any, *, allow_zero: bool) -> float:
         expected = "a number >= 0" if allow_zero else "a number > 0"
         raise SpecError(f"{flag}: {value!r}, expected {expected}")
     return seconds
+
+
+def _hostname() -> str:
+    """This machine's name, the node name of last resort."""
+    # imported here: ``socket`` is a cost every ``mokka ctl`` call would pay
+    # for a default only the daemon's settings need
+    import socket
+
+    return socket.gethostname()
 
 
 def _choice(flag: str, value: str, choices: tuple[str, ...], *, upper: bool = False) -> str:
@@ -254,7 +260,7 @@ class Settings:
         health_addr = (
             parse_health_addr(args.health_addr) if args.health_addr else LOCAL_HEALTH_ADDR
         )
-        node_name = args.node_name or env.get("NODE_NAME") or socket.gethostname()
+        node_name = args.node_name or env.get("NODE_NAME") or _hostname()
         if not node_name.strip():
             raise SpecError("--node-name: empty, expected this node's name")
         if not str(args.profile).strip():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mokka import ctl, ctl_targets
+from mokka import ctl, ctl_targets, ctl_verbs
 from mokka.layout import CONFIG_DIR, OVERRIDES
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile
@@ -134,13 +134,13 @@ def test_status_of_a_staged_node_without_overrides_is_0(node: Path) -> None:
 
 def ctl_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mokka ctl", allow_abbrev=False)
-    ctl.add_verbs(parser)
+    ctl_verbs.add_verbs(parser)
     return parser
 
 
 def every_verb(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """Every verb's parser, the deferred ones built (``ib-counter``)."""
-    verbs = ctl.verbs_action(parser)
+    verbs = ctl_verbs.verbs_action(parser)
     return {name: verbs.load(name) for name in list(verbs.choices)}
 
 
@@ -149,7 +149,7 @@ def test_every_ctl_flag_and_verb_has_help() -> None:
     verbs = every_verb(parser)
     assert {"fail", "xid", "temp", "power", "util", "clocks", "throttle", "pstate",
             "nvlink-error", "fabric-health", "set", "status", "reset",
-            ctl.IB_COUNTER_VERB} == set(verbs)
+            ctl_verbs.IB_COUNTER_VERB} == set(verbs)
     missing = [
         f"{name} {'/'.join(action.option_strings) or action.dest}"
         for name, verb in [("(ctl)", parser), *verbs.items()]
@@ -158,7 +158,7 @@ def test_every_ctl_flag_and_verb_has_help() -> None:
         and (not action.help or action.help == argparse.SUPPRESS)
     ]
     assert missing == []
-    summaries = {a.dest: a.help for a in ctl.verbs_action(parser)._choices_actions}
+    summaries = {a.dest: a.help for a in ctl_verbs.verbs_action(parser)._choices_actions}
     assert sorted(summaries) == sorted(verbs)
     assert all(summaries.values())
 
@@ -166,15 +166,15 @@ def test_every_ctl_flag_and_verb_has_help() -> None:
 def test_the_deferred_verb_is_listed_as_its_module_defines_it() -> None:
     from mokka.simulators.ib import counters
 
-    assert ctl.IB_COUNTER_VERB == counters.VERB
-    assert counters.__name__ == ctl.IB_COUNTER_MODULE
+    assert ctl_verbs.IB_COUNTER_VERB == counters.VERB
+    assert counters.__name__ == ctl_verbs.IB_COUNTER_MODULE
     parser = ctl_parser()
     before = parser.format_help()
     every_verb(parser)
     # built, it sits where it was listed, with the module's own summary
     assert parser.format_help() == before
-    assert f"{ctl.IB_COUNTER_VERB}  " in before
-    assert ctl.IB_COUNTER_SUMMARY in before
+    assert f"{ctl_verbs.IB_COUNTER_VERB}  " in before
+    assert ctl_verbs.IB_COUNTER_SUMMARY in before
     args = parser.parse_args(["ib-counter", "--file", "f", "--hca", "mlx5_1", "symbol_error=2"])
     assert (args.verb, args.hca, args.changes, args.set) == (
         "ib-counter", "mlx5_1", ["symbol_error=2"], False)
@@ -187,7 +187,7 @@ def test_deferred_verb_help_through_the_command_line(tmp_path: Path) -> None:
     assert "--hca mlx5_N" in done.stdout
     listing = mokka_ctl("--help", cwd=tmp_path)
     assert listing.returncode == 0
-    assert ctl.IB_COUNTER_SUMMARY in listing.stdout
+    assert ctl_verbs.IB_COUNTER_SUMMARY in listing.stdout
 
 
 @pytest.mark.parametrize("argv", [

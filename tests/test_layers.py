@@ -37,7 +37,10 @@ LAYERS: dict[str, int] = {
     "mokka.daemon": 4,
     "mokka.cli": 5,
     "mokka.ctl": 5,
+    "mokka.ctl_edits": 5,
+    "mokka.ctl_status": 5,
     "mokka.ctl_targets": 5,
+    "mokka.ctl_verbs": 5,
     "mokka.fabricmanager_ctl": 5,  # a stand-alone command (nv-fabricmanager-ctl style)
     "mokka.__main__": 5,
 }

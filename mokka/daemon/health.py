@@ -38,17 +38,15 @@ the design asks.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 import trio
-from hypercorn.config import Config
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 
-from mokka.daemon import metrics
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.status import SupervisorStatus, excerpt, iso, summarize_reason
 from mokka.daemon.supervisor import Supervisor
@@ -189,6 +187,11 @@ class DaemonView:
 
     def metrics(self) -> str:
         """The Prometheus text body (``mokka.daemon.metrics``)."""
+        # imported at the first scrape: prometheus_client (with the http.server,
+        # urllib and email it brings) is among a daemon's largest imports, and
+        # a node nobody scrapes never needs it
+        from mokka.daemon import metrics
+
         return metrics.render(
             self.reconciler.status,
             self.supervisor_status(),
@@ -201,6 +204,11 @@ ProbeApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Await
                     Awaitable[None]]
 
 _JSON = b"application/json"
+#: Imported at the first scrape only (``DaemonView.metrics``).
+_METRICS_MODULE = "mokka.daemon.metrics"
+#: ``metrics.CONTENT_TYPE``, spelt here so that serving the probes does not
+#: import the metrics module (``tests/test_metrics.py`` keeps the two equal).
+METRICS_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 
 def _json(body: dict, status: int) -> tuple[int, bytes, bytes]:
@@ -220,7 +228,7 @@ def create_app(view: DaemonView) -> ProbeApp:
     routes: dict[str, Callable[[], tuple[int, bytes, bytes]]] = {
         "/healthz": lambda: _json(*view.healthz()),
         "/readyz": lambda: _json(*view.readyz()),
-        "/metrics": lambda: (200, metrics.CONTENT_TYPE.encode(), view.metrics().encode()),
+        "/metrics": lambda: (200, METRICS_CONTENT_TYPE, view.metrics().encode()),
     }
 
     async def app(scope: dict, receive, send) -> None:
@@ -241,6 +249,10 @@ def create_app(view: DaemonView) -> ProbeApp:
         elif scope["method"] not in ("GET", "HEAD"):
             status, kind, body = _json({"error": "method not allowed, expected GET"}, 405)
         else:
+            if scope["path"] == "/metrics" and _METRICS_MODULE not in sys.modules:
+                # The first scrape loads the metrics library (``DaemonView.metrics``):
+                # in a worker thread, so reading its modules never holds up the loop.
+                await trio.to_thread.run_sync(importlib.import_module, _METRICS_MODULE)
             status, kind, body = route()
         await send({
             "type": "http.response.start",
@@ -289,6 +301,12 @@ async def serve_health(
     hypercorn starts, so a busy address is one ``ListenError`` naming the
     flag instead of a nest of exception groups.
     """
+    # imported here: hypercorn (with its HTTP/1, HTTP/2 and WebSocket stacks)
+    # is among a daemon's largest imports, and ``--once`` never serves probes
+    from hypercorn.config import Config
+    from hypercorn.trio.run import worker_serve
+    from hypercorn.utils import wrap_app
+
     # A fresh Config per server: hypercorn's Config is mutable, and sharing
     # one would make two daemons in one process (tests) step on each other.
     config = Config()

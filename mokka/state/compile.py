@@ -8,7 +8,7 @@ reconciling) when nothing that matters changed, e.g. a comment edit.
 
 Per GPU, in order of precedence (weakest first):
 
-1. ``device_defaults`` < the ``devices[]`` entry (``mokka.state.profile``);
+1. ``device_defaults`` < the ``devices[]`` entry (``mokka.state.profile_devices``);
 2. per-node identities replace the profile's UUID and serial
    (``mokka.state.identity``);
 3. this node's clique from the topology document sets the fabric identity
@@ -263,7 +263,7 @@ def _roots(
 #: The blocks whose readings move in the mock NVML library (utilization,
 #: power, temperature, clocks, memory used); an override there pins them.
 _READING_BLOCKS = ("utilization", "memory", "power", "thermal", "clocks",
-                   "clocks_throttle_reasons")
+                   "clocks_throttle_reasons", "performance_state")
 
 
 def _pins(patch: Mapping[str, Any], top: bool = True) -> dict[str, Any]:

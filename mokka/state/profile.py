@@ -4,9 +4,9 @@ A profile describes one node's GPUs: ``system`` (driver and CUDA versions),
 ``device_defaults`` (a full device config), ``devices`` (per-GPU entries
 deep-merged over the defaults), ``nvlink``, ``pcie_topology`` and
 ``infiniband``.  Profiles written for the earlier shell-based mock load
-unchanged: this module accepts every shape they use (Grace pairs and
-platform blocks, several PCIe roots, NVSwitch lists, IB blocks, Helm's
-re-rendered key order and exponent-form numbers).
+unchanged: every shape they use is accepted (Grace pairs and platform
+blocks, several PCIe roots, NVSwitch lists, IB blocks, Helm's re-rendered
+key order and exponent-form numbers).
 
 Strictness follows what the daemon reads.  Unknown keys are rejected at the
 top level and in ``system``, ``nvlink``, ``pcie_topology`` and
@@ -24,11 +24,18 @@ fixed in one sitting, and one problem per rollout would make every fix a
 round trip.  What this module does not decide is per-node: UUIDs and serials
 here are templates (``mokka.state.identity``), ``num_devices`` is applied
 by the compiler, and the PCI roots a GPU ends up under are settled there.
+
+This module owns the profile as a whole: its top level, ``version`` and
+``system``, and putting the parts together.  The parts that follow rules
+of their own live beside it: ``mokka.state.profile_devices`` (the open,
+layered device entries), ``mokka.state.profile_blocks`` (the strict
+node-level blocks) and ``mokka.state.profile_files`` (the built-in
+profiles and reading a file); their public names are importable from
+here too.
 """
 
 from __future__ import annotations
 
-import importlib.resources
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,16 +43,8 @@ from typing import Any
 
 import attrs
 
-from mokka.errors import SpecError
 from mokka.state import checks
-from mokka.state.checks import Problems, sub
-from mokka.state.device_checks import (
-    FABRIC_STATES,
-    check_dynamics,
-    check_fabric,
-    check_failure,
-    check_xid_list,
-)
+from mokka.state.checks import Problems
 from mokka.state.profile_blocks import (
     InfinibandSpec,
     NvlinkSpec,
@@ -54,15 +53,26 @@ from mokka.state.profile_blocks import (
     parse_nvlink,
     parse_roots,
 )
-from mokka.state.reader import load_yaml, read_input
+from mokka.state.profile_devices import DeviceSpec, parse_devices
+from mokka.state.profile_files import (
+    BUILTIN_PROFILES,
+    DEFAULT_PROFILE,
+    is_builtin,
+    read_profile_text,
+)
+from mokka.state.reader import load_yaml
 
-#: Built-in profiles shipped in ``mokka/state/profiles``.  A name is matched
-#: before any path: ``--profile h100`` is the built-in even if the working
-#: directory holds a file called ``h100``.
-BUILTIN_PROFILES: tuple[str, ...] = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
-#: The profile the daemon uses when none is given: the most common shape
-#: consumers (device plugin, GFD, DRA) are tested against.
-DEFAULT_PROFILE = "h100"
+__all__ = [
+    "BUILTIN_PROFILES",
+    "DEFAULT_PROFILE",
+    "DeviceSpec",
+    "Profile",
+    "SystemSpec",
+    "is_builtin",
+    "load_profile",
+    "parse_profile",
+    "read_profile_text",
+]
 
 # Allowed keys per strict block: every key of the upstream schema, so its
 # profiles load unchanged, and (``cpulist`` aside) nothing more, so a typo
@@ -77,22 +87,13 @@ SYSTEM_KEYS = (
     "driver_version", "nvml_version", "cuda_version", "cuda_version_major",
     "cuda_version_minor", "num_devices",
 )
+#: ``580.105.08`` or ``550.54``: GFD splits the driver version at the dots
+#: and accepts two or three parts, so nothing else may reach NVML.
 #: ``re.ASCII``: ``\d`` would otherwise take any script's digits (``٥٨٠``),
 #: which GFD and every other parser of the version refuse.
 DRIVER_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
 #: ``major.minor``, as ``nvidia-smi`` prints "CUDA Version: 13.0".
 CUDA_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$", re.ASCII)
-#: Highest minor number of a GPU's ``/dev/nvidia<minor>``: 255 is ``nvidiactl``'s.
-MAX_GPU_MINOR = 254
-
-#: Integer device fields the daemon or the engine config relies on, checked
-#: when present (``>= 0``).  Everything else under these blocks passes through.
-_DEVICE_INTS = {
-    "memory": ("total_bytes", "reserved_bytes", "free_bytes", "used_bytes"),
-    "bar1_memory": ("total_bytes", "free_bytes", "used_bytes"),
-    "power": ("default_limit_mw", "enforced_limit_mw", "min_limit_mw", "max_limit_mw"),
-    "clocks": ("graphics_max", "sm_max", "memory_max", "video_max"),
-}
 
 
 @attrs.frozen(kw_only=True)
@@ -114,33 +115,6 @@ class SystemSpec:
     cuda_version_minor: int
     #: Expose only the first N devices (by index); ``None``: all of them.
     num_devices: int | None = None
-
-
-@attrs.frozen(kw_only=True)
-class DeviceSpec:
-    """One ``devices[]`` entry merged over ``device_defaults``.
-
-    The typed attributes are what the compiler needs to place and name the
-    GPU; everything else stays in ``config`` for the engine config.
-    """
-
-    #: NVML's device index: the join key of overrides (``devices["0"]``),
-    #: ``num_devices`` and the identity hash; not necessarily the list position.
-    index: int
-    #: Position in the ``devices`` list (error messages name it).
-    position: int
-    #: The profile's UUID: a template for the per-node one (``mokka.state.identity``).
-    uuid: str | None
-    #: The profile's serial: a template, like ``uuid``.
-    serial: str | None
-    #: ``/dev/nvidia<minor>``; defaults to the index.
-    minor_number: int
-    #: Canonical lower-case ``dddd:bb:dd.f``.
-    bus_id: str
-    #: Grace CPU this GPU pairs with over C2C (GB200/GB300); ``None`` elsewhere.
-    grace_cpu_pair: int | None
-    #: The merged raw device config (``device_defaults`` < entry), numbers normalized.
-    config: Mapping[str, Any] = attrs.field(eq=False, repr=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -187,7 +161,7 @@ class Profile:
         # could parse), so all of them run before anything is raised.
         version = _version(p, top)
         system = _system(p, top)
-        devices = _devices(p, top)
+        devices = parse_devices(p, top)
         nvlink = parse_nvlink(p, top.get("nvlink"))
         # after the devices: a root may only list bus ids they declare
         roots = parse_roots(p, top.get("pcie_topology"), devices)
@@ -302,224 +276,7 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
     )
 
 
-#: Fields every merged device needs: (path, what is expected).  Neither has a
-#: sensible default: every consumer shows the name, and the PCI tree, NFD
-#: and NVML's PCI info all need the device id.
-_REQUIRED = (
-    ("name", 'the product name, e.g. "NVIDIA H100 80GB HBM3"'),
-    ("pci.device_id", "(device << 16) | vendor, e.g. 0x233010DE"),
-)
-
-
-def _devices(p: Problems, top: Mapping[str, Any]) -> list[DeviceSpec]:
-    """``devices[]`` merged over ``device_defaults``.
-
-    Each layer is type-checked on its own, so a bad default is reported once
-    (under ``device_defaults``) rather than once per device; what every GPU
-    must have is checked on the merged result.  A required field missing
-    from every device is reported once, under ``device_defaults``, where it
-    is usually meant to live.  Index, minor number and bus id must each be
-    unique across devices; a broken device is left out so the rest can be
-    checked, and the list is empty whenever a required field is missing.
-    """
-    defaults: dict[str, Any] = {}
-    if top.get("device_defaults") is not None:
-        defaults = checks.as_mapping(p, "device_defaults", top["device_defaults"]) or {}
-        _device_fields(p, "device_defaults", defaults)
-    raw = checks.require(p, "", top, "devices",
-                         "a list of device entries with index and pci.bus_id")
-    entries = checks.as_list(p, "devices", raw) if raw is not None else None
-    if entries is None:
-        return []
-    if not entries:
-        p.add("devices", "empty list, expected at least one device")
-    result: list[DeviceSpec] = []
-    # required path -> the devices missing it; value -> first position using it
-    missing: dict[str, list[str]] = {}
-    seen: dict[str, dict[Any, int]] = {"index": {}, "minor_number": {}, "pci.bus_id": {}}
-    for pos, entry in enumerate(entries):
-        path = sub("devices", pos)
-        entry_map = checks.as_mapping(p, path, entry)
-        if entry_map is None:
-            continue
-        merged = checks.deep_merge(defaults, entry_map)
-        for key, _ in _REQUIRED:
-            if _lookup(merged, key) is None:
-                missing.setdefault(key, []).append(path)
-        spec = _device(p, path, pos, entry_map, merged)
-        if spec is None:
-            continue
-        index_repeats = spec.index in seen["index"]
-        for what, value in (("index", spec.index), ("minor_number", spec.minor_number),
-                            ("pci.bus_id", spec.bus_id)):
-            if value not in seen[what]:
-                seen[what][value] = pos
-            elif not (what == "minor_number" and index_repeats
-                      and merged.get("minor_number") is None):
-                # (a minor derived from a repeated index is that same mistake, reported once)
-                p.add(sub(path, what), f"{value!r} repeats devices[{seen[what][value]}], "
-                      "expected a unique value per device")
-        result.append(spec)
-    for key, expected in _REQUIRED:
-        paths = missing.get(key, [])
-        if paths and len(paths) == len(entries):
-            p.add(sub("device_defaults", key),
-                  f"missing (and in every device), expected {expected}")
-        else:
-            for path in paths:
-                p.add(sub(path, key), f"missing, expected {expected}")
-    # No devices at all when one lacks a required field: ``_roots`` then skips
-    # its cross-check instead of calling every listed bus id undeclared.
-    return result if not missing else []
-
-
-def _lookup(mapping: Mapping[str, Any], dotted: str) -> Any:
-    """``mapping["a"]["b"]`` for ``"a.b"``; ``None`` when a step is missing or not a mapping."""
-    value: Any = mapping
-    for key in dotted.split("."):
-        value = value.get(key) if isinstance(value, Mapping) else None
-    return value
-
-
-def _device(
-    p: Problems, path: str, pos: int, entry: Mapping[str, Any], merged: Mapping[str, Any]
-) -> DeviceSpec | None:
-    """One device entry; ``None`` when it (``entry``) or its merged config has a problem.
-
-    ``index`` must be on the entry itself: a default index would give every
-    GPU the same one.  The bus id may come from either layer; the fabric
-    ``state`` is checked here on the merged config, since either layer may
-    hold it (``check_fabric`` runs with ``partial=True`` per layer).
-    """
-    before = len(p.items)
-    index = checks.require(p, path, entry, "index", "the device index (an integer >= 0)")
-    if index is not None:
-        index = checks.as_int(p, sub(path, "index"), index, lo=0)
-    _device_fields(p, path, entry)
-    bus_id = _lookup(merged, "pci.bus_id")
-    if bus_id is None:
-        p.add(sub(path, "pci.bus_id"), "missing, expected a PCI address DDDD:BB:DD.F")
-    fabric = merged.get("fabric")
-    if isinstance(fabric, Mapping) and fabric.get("state") is None:
-        p.add(sub(path, "fabric.state"), f"missing, expected one of: {', '.join(FABRIC_STATES)}")
-    # ``minor_number: null`` is no minor number: the index stands in for it,
-    # and must then be a valid minor itself (255 is nvidiactl's).
-    minor = merged.get("minor_number")
-    if minor is None and index is not None and index > MAX_GPU_MINOR:
-        p.add(sub(path, "index"), f"{index} is also the minor number (no minor_number given), "
-              f"expected 0..{MAX_GPU_MINOR} or a minor_number")
-    if len(p.items) > before or index is None or bus_id is None:
-        return None
-    # Both values may come from ``device_defaults``, whose problems are
-    # reported under that name, before ``before`` was taken: a device that
-    # inherits a bad one is left out here rather than crashing on it.
-    if minor is not None and (isinstance(minor, bool) or not isinstance(minor, int)
-                              or not 0 <= minor <= MAX_GPU_MINOR):
-        return None
-    try:
-        bdf = checks.canonical_bdf(bus_id) if isinstance(bus_id, str) else None
-    except ValueError:
-        bdf = None
-    if bdf is None:
-        return None
-    # YAML reads an unquoted serial like 1654922000000 as an int; keep its digits.
-    serial = merged.get("serial")
-    return DeviceSpec(
-        index=index, position=pos, uuid=merged.get("uuid"),
-        serial=None if serial is None else str(serial),
-        minor_number=index if minor is None else minor, bus_id=bdf,
-        grace_cpu_pair=merged.get("grace_cpu_pair"), config=merged,
-    )
-
-
-def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
-    """Type-check the device fields the daemon reads, where present; others pass through.
-
-    Called once per layer (``device_defaults``, then each entry), so every
-    problem is reported where it was written.  Nothing is required here;
-    presence is the merged config's business (``_devices``, ``_device``).
-    """
-    if cfg.get("uuid") is not None:
-        checks.as_match(p, sub(path, "uuid"), cfg["uuid"], checks.GPU_UUID_RE,
-                        "a GPU UUID GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
-    serial = cfg.get("serial")
-    # a number is a fine serial (see ``_device``); anything else must be text
-    if serial is not None and (isinstance(serial, bool) or not isinstance(serial, int)):
-        checks.as_str(p, sub(path, "serial"), serial)
-    if cfg.get("minor_number") is not None:
-        checks.as_int(p, sub(path, "minor_number"), cfg["minor_number"], lo=0, hi=MAX_GPU_MINOR)
-    if cfg.get("board_id") is not None:
-        # nvmlDeviceGetBoardId's unsigned int, reported as the profile writes it
-        checks.as_int(p, sub(path, "board_id"), cfg["board_id"], lo=0, hi=0xFFFFFFFF)
-    if cfg.get("grace_cpu_pair") is not None:
-        checks.as_int(p, sub(path, "grace_cpu_pair"), cfg["grace_cpu_pair"], lo=0)
-    for key in ("name", "brand", "architecture"):
-        if cfg.get(key) is not None:
-            checks.as_str(p, sub(path, key), cfg[key])
-    pci = cfg.get("pci")
-    if pci is not None and (pci_map := checks.as_mapping(p, sub(path, "pci"), pci)) is not None:
-        if pci_map.get("bus_id") is not None:
-            checks.as_bdf(p, sub(path, "pci.bus_id"), pci_map["bus_id"])
-        for key in ("device_id", "subsystem_id"):
-            if pci_map.get(key) is not None:
-                # 32 bits: (device << 16) | vendor, NVML's packing (0x233010DE)
-                checks.as_int(p, sub(path, f"pci.{key}"), pci_map[key], lo=0, hi=0xFFFFFFFF)
-    cc = cfg.get("compute_capability")
-    if cc is not None and (cc_map := checks.as_mapping(p, sub(path, "compute_capability"), cc)):
-        for key in ("major", "minor"):
-            if cc_map.get(key) is not None:
-                checks.as_int(p, sub(path, f"compute_capability.{key}"), cc_map[key], lo=0)
-    for block, keys in _DEVICE_INTS.items():
-        if cfg.get(block) is None:
-            continue
-        block_map = checks.as_mapping(p, sub(path, block), cfg[block])
-        for key in keys if block_map else ():
-            if block_map.get(key) is not None:
-                checks.as_int(p, sub(path, f"{block}.{key}"), block_map[key], lo=0)
-    platform = cfg.get("platform")
-    pf = checks.as_mapping(p, sub(path, "platform"), platform) if platform is not None else None
-    if pf and pf.get("module_id") is not None:
-        checks.as_int(p, sub(path, "platform.module_id"), pf["module_id"], lo=0)
-    if cfg.get("fabric") is not None:
-        check_fabric(p, sub(path, "fabric"), cfg["fabric"], partial=True)
-    if cfg.get("failure") is not None:
-        check_failure(p, sub(path, "failure"), cfg["failure"])
-    if cfg.get("xids") is not None:
-        check_xid_list(p, sub(path, "xids"), cfg["xids"])
-    if cfg.get("dynamics") is not None:
-        check_dynamics(p, sub(path, "dynamics"), cfg["dynamics"])
-
-
-# ---- loading -------------------------------------------------------------
-
-
-def is_builtin(name_or_path: str | Path) -> bool:
-    """A built-in profile's name; a ``Path`` is always a file, even ``Path("h100")``."""
-    return isinstance(name_or_path, str) and name_or_path in BUILTIN_PROFILES
-
-
-def read_profile_text(name_or_path: str | Path) -> tuple[str, str]:
-    """(label, text) of a built-in profile name or a file path; ``SpecError`` if unreadable.
-
-    A built-in's label is ``<name>.yaml`` so its messages read like a file's.
-    Built-ins are read through ``importlib.resources``, which works whether
-    the package is installed as files or zipped.  Tests use the text to
-    derive variants of a built-in.
-    """
-    if is_builtin(name_or_path):
-        name = str(name_or_path)
-        resource = importlib.resources.files("mokka.state") / "profiles" / f"{name}.yaml"
-        return f"{name}.yaml", resource.read_text(encoding="utf-8")
-    path = Path(name_or_path)
-    # Bounded and refusing (a FIFO, /dev/zero, a huge file): ``mokka.state.reader``.
-    # Symlinks are followed: the profile is an operator's path, often a ConfigMap volume.
-    text = read_input(path, "the profile", optional=True)
-    if text is None:
-        raise SpecError(
-            f"{path}: no such profile file, expected a readable YAML file or one of the "
-            f"built-in profiles {', '.join(BUILTIN_PROFILES)}"
-        )
-    return str(path), text
+# ---- from text -----------------------------------------------------------
 
 
 def parse_profile(text: str, *, source: str, name: str | None = None) -> Profile:

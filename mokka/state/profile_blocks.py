@@ -1,10 +1,11 @@
 """The node-level blocks of a GPU profile: ``nvlink``, ``pcie_topology``, ``infiniband``.
 
-``mokka.state.profile`` owns the profile as a whole and its per-GPU part;
-these three blocks describe the node around the GPUs (the NVLink fabric and
-its switches, the PCIe root complexes the GPUs hang off, the HCAs) and are
-strict: every key is one of the upstream schema's, so a typo is an error
-rather than a silently different node.  Like the rest of the profile, each
+``mokka.state.profile`` owns the profile as a whole and
+``mokka.state.profile_devices`` its per-GPU part; these three blocks
+describe the node around the GPUs (the NVLink fabric and its switches, the
+PCIe root complexes the GPUs hang off, the HCAs) and are strict: every key
+is one of the upstream schema's, so a typo is an error rather than a
+silently different node.  Like the rest of the profile, each
 validator records every problem it finds in ``Problems`` and returns what
 it could build, so one run reports all of them.
 """
@@ -13,15 +14,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from mokka.state import checks
 from mokka.state.checks import Problems, sub
-
-if TYPE_CHECKING:
-    from mokka.state.profile import DeviceSpec
+from mokka.state.profile_devices import DeviceSpec
 
 NVLINK_KEYS = ("version", "links_per_gpu", "bandwidth_per_link_mbps", "c2c_enabled", "switches")
 SWITCH_KEYS = ("bdf", "uuid")
@@ -37,9 +36,6 @@ IB_KEYS = (
 #: simulator names the speed from the rate (``400 Gb/sec (4X NDR)``), so a
 #: rate outside this list would have no name to show.
 IB_RATES = (100, 200, 400, 800)
-
-#: ``580.105.08`` or ``550.54``: GFD splits the driver version at the dots
-#: and accepts two or three parts, so nothing else may reach NVML.
 
 #: A root complex as sysfs names its directory (``/sys/devices/pci0000:48``).
 ROOT_ID_RE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")

@@ -26,9 +26,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import tarfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import attrs
@@ -119,6 +116,11 @@ def download(url: str, expected_sha256: str, *, timeout: float, max_bytes: int) 
     is ever written under the node root and a killed download leaves nothing
     behind.  ``max_bytes`` bounds the memory a wrong URL can take.
     """
+    # imported here: urllib.request brings http.client and email, and only a
+    # node with the IMEXDownload gate on and an empty cache ever downloads
+    import urllib.error
+    import urllib.request
+
     logger.info("downloading IMEX archive %s", url)
     request = urllib.request.Request(url, headers={"User-Agent": "mokka"})
     try:
@@ -145,6 +147,8 @@ def unpack(data: bytes, origin: str) -> ImexBinaries:
     Members are matched by their last path component and must be regular
     files, exactly one of each name, wherever the archive keeps them.
     """
+    import tarfile  # only a node given an archive unpacks one
+
     found: dict[str, list[tarfile.TarInfo]] = {IMEX: [], IMEX_CTL: []}
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
