@@ -482,3 +482,21 @@ def test_cdi_version_is_the_lowest_with_the_fields_used() -> None:
         for e in edits:
             assert set(e) <= {"env", "deviceNodes", "mounts", "hooks"}  # no 0.7.0+ fields
     assert layout.CDI_DIR == "/var/run/cdi"
+
+
+@pytest.mark.parametrize("profile", ["h100", "gb200", "a100", "t4"])
+def test_fast_yaml_text_is_the_pure_python_text(profile: str) -> None:
+    """The specs are emitted and re-read with libyaml: byte for byte PyYAML's own text."""
+    import yaml
+
+    from mokka.state.compile import compile_profile
+
+    assert yaml.__with_libyaml__, "PyYAML was installed without libyaml"
+    state = compile_profile(profile, node_name="node-a")
+    extras = cdi.NodeExtras(hook=True, imex_binaries=cdi.IMEX_BINARIES)
+    for doc in cdi.build_specs(state, extras).values():
+        text = cdi.render(doc)
+        body = yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False)
+        assert text.startswith("#")
+        assert text.endswith(body)
+        assert yaml.load(text, Loader=cdi._Loader) == yaml.safe_load(text) == doc
