@@ -424,10 +424,19 @@ class Convergence:
         path old or new, never empty.  The manifest journal still records
         each path before its temp file exists, so a kill at any point
         leaves a record, never an orphan.
+
+        A small batch (``mokka ctl``'s overrides file, a workload change)
+        syncs its files one by one instead: ``syncfs`` flushes every dirty
+        page of the filesystem, other processes' included, and on a busy
+        node that can take far longer than the few files of the batch.
         """
         if not self._pending:
             return
-        fsops.sync_filesystem(self.paths.root)
+        if len(self._pending) <= _FILE_SYNC_BATCH:
+            for tmp in self._pending.values():
+                fsops.sync_file(tmp)
+        else:
+            fsops.sync_filesystem(self.paths.root)
         while self._pending:
             real, tmp = next(iter(self._pending.items()))
             os.replace(tmp, real)
@@ -460,7 +469,7 @@ class Convergence:
         stale = [p for p in self.manifest.entries if p not in wanted]
         stale_dirs = [p for p in stale if self.manifest.entries[p] == "dir"]
         stale_other = [p for p in stale if self.manifest.entries[p] != "dir"]
-        keep = self._real_parents(wanted) | wanted if stale_dirs else set()
+        keep = self._placed_parents(wanted) if stale_dirs else set()
         failures: list[str] = []
         for norm in [
             *sorted(stale_other),
@@ -479,6 +488,24 @@ class Convergence:
             raise HostPathError(
                 f"could not remove {', '.join(failures)}; kept in the manifest for the next try"
             )
+
+    def _placed_parents(self, wanted: set[str]) -> set[str]:
+        """``_real_parents(wanted)``, from the real paths this call placed: no resolving again.
+
+        Every wanted path was placed (or found still placed) by this call
+        before any removal, which noted its real path (``_placed``) and
+        every real directory it made sure of (``_dirs``): their prefixes
+        are exactly what resolving each wanted parent again would give.
+        """
+        keep: set[str] = set()
+        for path in wanted:
+            _add_prefixes(keep, path)
+        root = len(str(self.paths.root))
+        for _art, real in self._placed.values():
+            _add_prefixes(keep, real[root:])
+        for real in self._dirs:
+            _add_prefixes(keep, real[root:])
+        return keep
 
     def _real_parents(self, paths: Iterable[str]) -> set[str]:
         """``paths`` and every directory above them, as written and as really found."""
@@ -566,12 +593,30 @@ class Convergence:
                 raise
 
 
+def _add_prefixes(into: set[str], path: str) -> None:
+    """Add ``path`` and every directory above it (``_prefixes(path, inclusive=True)``) to ``into``.
+
+    From the end, stopping at the first one already there: its own
+    prefixes were added with it, so shared parents cost one lookup.
+    """
+    end = len(path)
+    while end > 0:
+        prefix = path[:end]
+        if prefix in into:
+            return
+        into.add(prefix)
+        end = path.rfind("/", 0, end)
+
+
 def _prefixes(path: str, *, inclusive: bool = False) -> set[str]:
     """The directories above a node path: ``/a/b/c`` → ``/a``, ``/a/b`` (and itself, inclusive)."""
     parts = path.strip("/").split("/")
     end = len(parts) + 1 if inclusive else len(parts)
     return {"/" + "/".join(parts[:i]) for i in range(1, end)}
 
+
+#: Batches of at most this many regular files are synced file by file (``commit``).
+_FILE_SYNC_BATCH = 4
 
 #: Tries of one placement whose parent another owner removed meanwhile; each
 #: retry re-creates the parents, so a second try nearly always succeeds.

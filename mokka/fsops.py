@@ -76,6 +76,15 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def sync_file(path: Path) -> None:
+    """Flush one regular file's data to disk (``fsync``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def sync_filesystem(root: Path) -> None:
     """Flush the filesystem holding ``root`` (``syncfs``; ``sync`` where libc lacks it)."""
     syncfs = _libc_syncfs()

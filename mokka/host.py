@@ -28,7 +28,12 @@ what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
 * remembers what each owner's last converge left (``settled.Settled``),
   so a converge that asks for the same again costs one ``lstat`` per path
   when nothing drifted, and one that changes a few paths does not look at
-  the others again.
+  the others again,
+* records what one simulator call asks of it (``recording``: the owners it
+  converges, the node paths it looks at, any command it runs) and tells
+  whether the node is still what that call found and left (``unchanged``),
+  so the reconcile waves skip a repeated call over the same input
+  without rendering anything (``mokka.daemon.waves.Replays``).
 
 The artifact types live in ``mokka.artifacts``, the manifest in
 ``mokka.manifest``, path mapping in ``mokka.noderoot`` and one converge
@@ -47,11 +52,10 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -64,7 +68,6 @@ from mokka.artifacts import (
     File,
     Symlink,
 )
-from mokka.convergence import Convergence
 from mokka.errors import (
     CommandError,
     HostFaultError,
@@ -84,9 +87,20 @@ from mokka.manifest import (
     write_private,
     write_private_replacing,
 )
-from mokka.noderoot import NodeRoot
+from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.noderoot import norm as node_norm
-from mokka.settled import Settled
+from mokka.settled import (
+    RECORDING,
+    UNCOMPARABLE,
+    Activity,
+    Seen,
+    Settled,
+    content_signature,
+    signature,
+)
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = [
     "STATE_DIR",
@@ -130,6 +144,9 @@ class SubprocessRunner:
         ``CommandError`` only when the command could not run at all (missing
         binary, timeout): the caller's readiness reason then says which.
         """
+        # imported here: a ``Host`` that runs no command (``mokka ctl``) need not load it
+        import subprocess
+
         try:
             return subprocess.run(
                 list(argv), capture_output=True, text=True, timeout=timeout, env=env, check=False
@@ -190,7 +207,7 @@ class Host:
         ``/data/mokka``, re-rooted), and what is created and removed is the
         directory it names.
         """
-        return self.resolve(STATE_DIR, follow_last=True)
+        return self.paths.resolve(STATE_DIR, follow_last=True)
 
     def resolve(self, path: str | os.PathLike[str], *, follow_last: bool = False) -> Path:
         """Map a node path beneath the root, links followed inside it (``NodeRoot.resolve``).
@@ -201,18 +218,21 @@ class Host:
         followed unless ``follow_last`` (we create, replace or remove *that*
         entry).
         """
+        self._looked_at(path, follow_last)
         return self.paths.resolve(path, follow_last=follow_last)
 
     def exists(self, path: str) -> bool:
         """Whether a node path exists (a dangling link counts); an escaping path does not."""
+        self._looked_at(path, False)
         try:
-            return os.path.lexists(self.resolve(path))
+            return os.path.lexists(self.paths.resolve(path))
         except HostPathError:
             return False
 
     def read_bytes(self, path: str) -> bytes:
         """A node file's content, symlinks followed inside the root."""
-        return self.resolve(path, follow_last=True).read_bytes()
+        self._looked_at(path, True)
+        return self.paths.resolve(path, follow_last=True).read_bytes()
 
     def read_text(self, path: str) -> str:
         """A node file's content as UTF-8 text."""
@@ -222,7 +242,94 @@ class Host:
 
     def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess[str]:
         """Run a host command through the injected runner (tests record, the daemon executes)."""
+        activity = _recording()
+        if activity is not None:
+            activity.opaque = f"runs {argv[0] if argv else 'a command'}"
         return self.runner.run(argv, **kwargs)
+
+    def depends_on(self, path: str | os.PathLike[str]) -> None:
+        """Note that the calling simulator's outcome depends on ``path`` of the machine itself.
+
+        For what a simulator reads outside the node root and so outside
+        ``resolve``/``read_bytes`` (the mount table, whether the machine has
+        an ``nvidia-smi`` to stage, an archive directory): a recorded call is
+        made again once that path's signature changes (its content, for
+        ``/proc`` files), not only when the node or the input does.
+        """
+        activity = _recording()
+        if activity is not None:
+            path = os.fspath(path)
+            seen = activity.outside[path] = _outside_seen(path)
+            if seen == UNCOMPARABLE:
+                activity.opaque = f"depends on {path}"
+
+    # ---- the drift check of a replayed call --------------------------
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Activity]:
+        """Record what the calls made in this context ask of the host (``Activity``)."""
+        activity = Activity()
+        token = RECORDING.set(activity)
+        try:
+            yield activity
+        finally:
+            RECORDING.reset(token)
+            activity.closed = True
+
+    def unchanged(self, activity: Activity, cache: ResolveCache | None = None) -> bool:
+        """Whether the node is still exactly what ``activity`` found and left.
+
+        Every owner it converged still has the very ``Settled`` record that
+        call left (no converge since) and that record ``holds``; every
+        owner it discarded still has no bookkeeping; every path it looked
+        at has the signature it had (resolved again, links on the way
+        included; ``cache`` shares the directories met between the calls
+        of one sweep).  Blocking: one ``lstat`` per path.
+        """
+        if activity.opaque is not None:
+            return False
+        for owner, settled in activity.converged.items():
+            if settled is None:
+                if owner in self._settled or self._has_bookkeeping(owner):
+                    return False
+            elif self._settled.get(owner) is not settled or not settled.holds(settled.wanted):
+                return False
+        if any(_outside_seen(path) != seen for path, seen in activity.outside.items()):
+            return False
+        if cache is None:
+            cache = {}
+        return all(
+            self._seen(path, follow, cache) == seen
+            for (path, follow), seen in activity.looked_at.items()
+        )
+
+    def _looked_at(self, path: str | os.PathLike[str], follow_last: bool) -> None:
+        """Note a node path a recorded call looks at, with what it finds there now."""
+        activity = _recording()
+        if activity is None:
+            return
+        path = os.fspath(path)
+        seen = self._seen(path, follow_last)
+        if seen == UNCOMPARABLE:
+            activity.opaque = f"looks at {path}"
+        activity.looked_at[(path, follow_last)] = seen
+
+    def _seen(self, path: str, follow_last: bool, cache: ResolveCache | None = None) -> Seen:
+        """What identifies a looked-at node path's current version (``settled.signature``).
+
+        Beneath ``/proc`` or ``/sys`` a file's content changes (a module
+        registers a device major) with no change of signature: a file
+        there is identified by its content too (``content_signature``).
+        """
+        try:
+            parts = self.paths.resolve_parts(path, follow_last=follow_last, cache=cache)
+        except HostPathError:
+            return "outside the root"
+        real = str(self.paths.real(parts))
+        stat_fn = os.stat if follow_last else os.lstat
+        if parts and parts[0] in _PSEUDO_FILESYSTEMS:
+            return content_signature(real, stat_fn)
+        return signature(real, stat_fn)
 
     # ---- convergence ---------------------------------------------------
 
@@ -233,7 +340,7 @@ class Host:
 
     def _manifest_dir(self) -> Path:
         """Where every owner's manifest and journal live."""
-        return self.resolve(STATE_DIR + "/manifests", follow_last=True)
+        return self.paths.resolve(STATE_DIR + "/manifests", follow_last=True)
 
     @property
     def _parents_marker(self) -> Path:
@@ -362,6 +469,8 @@ class Host:
 
     def owned(self, owner: str) -> dict[str, str]:
         """The paths ``owner`` currently owns (path → kind), as persisted."""
+        for suffix in (".json", ".journal"):
+            self._looked_at(f"{STATE_DIR}/manifests/{owner}{suffix}", False)
         with self._lock(owner):
             return dict(Manifest.load(owner, self._manifest_dir()).entries)
 
@@ -371,7 +480,23 @@ class Host:
         Discarding an owner that has no bookkeeping writes nothing at all:
         a teardown on a root the daemon never wrote to (read-only, not
         enterable) succeeds without touching it.
+
+        A recorded call (``recording``) notes the owner with the ``Settled``
+        record this converge leaves; the host's own lookups meanwhile are
+        not the caller's and are not noted.
         """
+        activity = _recording()
+        if activity is None:
+            return self._converge_owner(owner, artifacts)
+        token = RECORDING.set(None)
+        try:
+            report = self._converge_owner(owner, artifacts)
+        finally:
+            RECORDING.reset(token)
+        activity.converged[owner] = self._settled.get(owner)
+        return report
+
+    def _converge_owner(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
         _check_owner(owner)
         wanted = list(artifacts)
         with self._lock(owner):
@@ -399,6 +524,9 @@ class Host:
     ) -> ConvergeReport:
         if not os.path.isdir(self.root):
             raise HostFaultError(f"{owner}: the node root {self.root} is gone")
+        # imported here: reading a node root (``mokka ctl status``) converges nothing
+        from mokka.convergence import Convergence
+
         with self._state_in_use():
             manifest = Manifest.load(owner, self._manifest_dir())
             work = Convergence(
@@ -524,6 +652,25 @@ class Host:
         if failures:
             raise HostPathError("; ".join(failures))
         return ConvergeReport(removed=tuple(removed))
+
+
+#: Top directories whose files change content with no change of signature
+#: (procfs, sysfs): a looked-at file there is compared by content (``Host._seen``).
+_PSEUDO_FILESYSTEMS = frozenset({"proc", "sys"})
+
+def _recording() -> Activity | None:
+    """The ``Activity`` being recorded in this context, if any and still open."""
+    activity = RECORDING.get()
+    return None if activity is None or activity.closed else activity
+
+
+def _outside_seen(path: str) -> Seen:
+    """What identifies a machine path's current version (``Host.depends_on``): its
+    ``stat`` signature; for a ``/proc`` or ``/sys`` file, its content too."""
+    top = path.lstrip("/").split("/", 1)[0]
+    if path.startswith("/") and top in _PSEUDO_FILESYSTEMS:
+        return content_signature(path, os.stat)
+    return signature(path, os.stat)
 
 
 #: Where releases before the record moved to the top of the root kept it (in the state directory).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import SpecError, StageError
 from mokka.host import Host
-from mokka.simulators import registry
+from mokka.simulators import fabricmanager, registry
 from mokka.simulators.base import Daemon, Readiness, Simulator
 from mokka.simulators.fabricmanager import (
     PLUGIN,
@@ -154,9 +155,53 @@ async def test_started_is_signalled_once_the_marker_exists(
     assert snapshot(node_root) == before
 
 
-async def test_a_deleted_marker_is_reasserted_at_the_next_tick(
-    host: Host, node_root: Path, autojump_clock: trio.abc.Clock
+async def test_a_deleted_or_altered_marker_comes_back_at_once_with_no_timer(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """inotify wakes the fabric manager: no tick while the marker stands, and a
+    marker deleted (or its directory removed) is rewritten with no time passing."""
+    fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=1.0))
+    state = make_state()
+    await fm.stage(host, state)
+    checks: list[int] = []
+    real_reassert = fabricmanager._reassert_marker
+
+    def counting(host: Host) -> bool:
+        checks.append(1)  # (a worker thread: no trio clock here)
+        return real_reassert(host)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fm.run, host, state)
+        await trio.sleep(0.5)
+        monkeypatch.setattr(fabricmanager, "_reassert_marker", counting)
+        await trio.sleep(600)  # ten idle minutes: not one check
+        assert checks == []
+        (node_root / MARKER).unlink()
+        await wait_for_count(fm.rewrites, 1)
+        assert trio.current_time() == 601.5
+        assert (node_root / MARKER).exists()
+        os.chmod(node_root / MARKER, 0o600)  # altered, not deleted
+        await wait_for_count(fm.rewrites, 2)
+        assert os.stat(node_root / MARKER).st_mode & 0o777 == 0o644
+        # The directory itself goes: the watch is re-planned and the marker back.
+        shutil.rmtree(node_root / STATE_DIR)
+        await wait_for_count(fm.rewrites, 3)
+        assert (node_root / MARKER).exists()
+        # The rewrite's own events cost a check or two, never a loop of them.
+        await trio.sleep(600)
+        settled = len(checks)
+        await trio.sleep(600)
+        assert len(checks) == settled <= 9
+        nursery.cancel_scope.cancel()
+    await fm.discard(host)
+
+
+async def test_a_deleted_marker_is_reasserted_at_the_next_tick_without_inotify(
+    host: Host, node_root: Path, autojump_clock: trio.abc.Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fabricmanager.WatchSet, "open", classmethod(lambda cls: None))
     before = snapshot(node_root)
     fm = FabricManagerSimulator(settings=FabricManagerSettings(init_delay=1.0))
     state = make_state()

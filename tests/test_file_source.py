@@ -360,3 +360,57 @@ async def test_an_unexpected_error_is_an_error_update_not_a_crash(
         assert out.value.error is None
         assert out.value.state.generation == 2
         nursery.cancel_scope.cancel()
+
+
+async def test_an_unchanged_resync_compiles_nothing_and_republishes_the_same_state(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mokka.state.sources import file as file_source
+
+    compiled: list[int] = []
+    real_compile = file_source.compile_state
+
+    def counting(*args, **kwargs):
+        compiled.append(1)
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(file_source, "compile_state", counting)
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    # racy_ns=0: the file was written a moment ago, and is trusted at once here
+    source = make(profile, resync_interval=30, open_inotify=no_inotify, offload=inline,
+                  racy_ns=0)
+    out = trio_util.AsyncValue(None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(source.run, out)
+        first = out.value
+        await trio.sleep(31)
+        assert source.statistics().reloads == 2
+        assert out.value is not first  # a fresh update: the reconciler's repair tick
+        assert out.value.state is first.state
+        assert (len(compiled), source.statistics().unchanged_reads) == (1, 1)
+        # Same size, new content, same inode: the times tell the re-read.
+        profile.write_text(PROFILE.replace("Test GPU", "Best GPU"))
+        await trio.sleep(30)
+        assert out.value.state.generation == 2
+        assert out.value.state.gpus[0].name == "NVIDIA Best GPU"
+        assert (len(compiled), source.statistics().unchanged_reads) == (2, 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_freshly_written_input_is_read_in_full_at_the_next_resync(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """Within ``racy_ns`` of its last change a file could change again within the same
+    timestamp tick, unseen: its signature is not trusted yet."""
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    source = make(profile, resync_interval=30, open_inotify=no_inotify, offload=inline,
+                  racy_ns=3_600 * 10**9)
+    out = trio_util.AsyncValue(None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(source.run, out)
+        await trio.sleep(61)
+        stats = source.statistics()
+        assert (stats.reloads, stats.unchanged_reads) == (3, 0)
+        nursery.cancel_scope.cancel()

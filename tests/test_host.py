@@ -681,6 +681,30 @@ def test_a_symlinked_state_directory_and_var_run_are_removed_at_their_targets(
     assert snapshot(node_root) == before
 
 
+def test_narrowing_through_a_link_keeps_the_real_parents_of_what_stays(
+    host: Host, node_root: Path
+):
+    """Stale directories recorded at a link's target (``/run/...`` for ``/var/run/...``)
+    go when nothing wanted lies beneath them, and stay while something does, also
+    when the wanted path is found exactly as the last converge left it."""
+    (node_root / "run").mkdir()
+    (node_root / "var").mkdir()
+    (node_root / "var/run").symlink_to("/run")
+    before = snapshot(node_root)
+    both = [File("/var/run/a/deep/kept", "k"), File("/var/run/b/deep/gone", "g"),
+            Directory("/var/run/a/empty")]
+    host.converge("t", both)
+    assert {"/run/a", "/run/a/deep", "/run/b", "/run/b/deep"} <= set(host.owned("t"))
+    report = host.converge("t", [both[0]])
+    assert set(report.removed) == {"/var/run/b/deep/gone", "/run/b/deep", "/run/b",
+                                   "/run/a/empty"}
+    assert (node_root / "run/a/deep/kept").read_text() == "k"
+    assert not (node_root / "run/b").exists()
+    assert set(host.owned("t")) == {"/run/a", "/run/a/deep", "/var/run/a/deep/kept"}
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
 # ---- the drift check of a pass that changes nothing ------------------------------
 
 
@@ -819,4 +843,31 @@ def test_a_directory_swapped_for_a_link_to_it_is_looked_at_again(
     seen = _placed_paths(monkeypatch)
     host.converge("t", files(3))
     assert seen == [f"{prefix}0", f"{prefix}1", f"{prefix}2"]
+    host.discard("t")
+
+
+# ---- durability ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("count", "syncs"), [(1, ["file"]), (4, ["file"] * 4), (5, ["fs"])])
+def test_no_file_is_renamed_into_place_before_its_data_is_synced(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch, count: int, syncs: list[str]
+):
+    """A small batch syncs each of its files, a larger one the filesystem once; either
+    way, before the first rename exposes any of them (docs/operations.md, power loss)."""
+    events: list[str] = []
+    real_replace = os.replace
+    monkeypatch.setattr(mokka.fsops, "sync_file", lambda path: events.append("file"))
+    monkeypatch.setattr(mokka.fsops, "sync_filesystem", lambda root: events.append("fs"))
+
+    def replace(src, dst, *args, **kwargs):
+        if ".mokka-tmp" in os.fspath(src):
+            events.append("rename")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(mokka.convergence.os, "replace", replace)
+    host.converge("t", files(count))
+    assert events == [*syncs, *["rename"] * count]
+    assert [(node_root / f.path.lstrip("/")).read_text() for f in files(count)] == [
+        f"device {i}\n" for i in range(count)]
     host.discard("t")

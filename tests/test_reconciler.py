@@ -18,6 +18,7 @@ from mokka.daemon.backoff import Backoff
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
+from mokka.daemon.waves import Replays
 from mokka.errors import SpecError, StageError
 from mokka.host import Host
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, MemorySource, make_state
@@ -34,6 +35,11 @@ class Harness:
         await self.reconciler.passes.wait_value(lambda n: n >= count)
 
 
+async def inline(fn):
+    """The drift check in the trio thread: under autojump no worker thread can be outrun."""
+    return fn()
+
+
 @asynccontextmanager
 async def running(
     host: Host, sims, *, backoff: Backoff | None = None, repair_interval: float = 0.0
@@ -44,7 +50,7 @@ async def running(
     supervisor = Supervisor(host)
     reconciler = Reconciler(
         host, sims, supervisor=supervisor, backoff=backoff or Backoff(),
-        repair_interval=repair_interval,
+        repair_interval=repair_interval, replays=Replays(offload=inline),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
@@ -388,6 +394,7 @@ async def test_a_pass_that_takes_time_still_repairs_at_the_next_resync(
         h.source.publish(make_state(1))  # the resync, 60 s after the read
         with trio.fail_after(10):  # virtual seconds: fails instead of waiting forever
             await h.passes(2)
+        wipe(node_root)  # drift again: the next resync must see it too
         await trio.sleep(55)  # the repair pass took 5 s again
         h.source.publish(make_state(1))
         with trio.fail_after(10):
@@ -552,3 +559,30 @@ async def test_a_requested_repair_runs_one_pass_over_the_unchanged_state(
         await trio.sleep(10)
         assert h.reconciler.passes.value == 2
         assert sim.staged == [1, 1]
+
+
+async def test_a_repair_pass_over_the_same_state_reloads_no_daemon(
+    autojump_clock, host: Host, node_root: Path
+):
+    """A reload only hands a daemon its state: the same state again would change nothing
+    it serves, and would only wake its loops once a resync interval."""
+    daemon = FakeDaemon("daemon")
+    async with running(host, [daemon], repair_interval=60) as h:
+        h.source.publish(make_state(1))
+        await h.passes(1)
+        assert daemon.started_at == [0]
+        wipe(node_root)  # drift, so the repair pass does work and is no replay of all
+        await trio.sleep(60)
+        h.source.publish(make_state(1))
+        await h.passes(2)
+        assert [c[2] for c in daemon.calls("stage")] == [1, 1]
+        assert daemon.reloaded == []
+        h.source.publish(make_state(2))
+        await h.passes(3)
+        assert daemon.reloaded == [2]
+        await trio.sleep(60)
+        h.source.publish(make_state(2))  # nothing drifted: no call at all
+        await h.passes(4)
+        assert [c[2] for c in daemon.calls("stage")] == [1, 1, 2]
+        assert daemon.reloaded == [2]
+        assert h.reconciler.status.last_pass.ok

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 import yaml
 
 from mokka import layout
@@ -321,4 +322,52 @@ async def test_reload_repositions_at_once(host: Host, node_root: Path,
             assert doc["device_count"] == len(four.gpus)
             assert "device.7.process_count" not in doc
             nursery.cancel_scope.cancel()
+    await sim.discard(host)
+
+
+async def test_with_no_socket_nothing_polls_until_a_kubelet_starts(
+    host: Host, node_root: Path, h100: State, pb2
+) -> None:
+    """No socket: the way to it is watched, not polled on the interval (an hour
+    here), and a kubelet starting later is picked up at once."""
+    sim = WorkloadSimulator(settings=WorkloadSettings(poll_interval=3600, call_timeout=0.5))
+    # Served under a temp name, then renamed into place: the socket appears
+    # already listening (a bind seen before its listen would be refused, and
+    # retried only at the next poll, an hour away here).
+    socket = node_root / SOCKET
+    server = PodResourcesServer(pb2, socket.with_name("kubelet.sock.tmp"))
+    server.pods = [Pod("team", "train", {"main": [("nvidia.com/gpu", ["2"])]})]
+    try:
+        with trio.fail_after(30):  # real seconds: bounds a broken test
+            async with trio.open_nursery() as nursery:
+                await nursery.start(sim.run, host, h100)
+                await sim.polls.wait_value(lambda value: value >= 1)
+                assert "no pod-resources socket" in sim.readiness.reason
+                # The kubelet's directories and socket appear (none existed).
+                socket.parent.mkdir(parents=True)
+                await trio.to_thread.run_sync(server.start)
+                socket.with_name("kubelet.sock.tmp").rename(socket)
+                await sim.polls.wait_value(lambda _: workload(node_root) is not None)
+                assert workload(node_root)["device.2.process_count"] == 1
+                assert sim.readiness.ready
+                nursery.cancel_scope.cancel()
+    finally:
+        server.stop()
+        socket.unlink(missing_ok=True)
+    await sim.discard(host)
+
+
+async def test_off_polls_nothing_until_a_reload(host: Host, node_root: Path, h100: State,
+                                                autojump_clock: trio.abc.Clock) -> None:
+    sim = WorkloadSimulator(settings=fast(mode="off"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.run, host, h100)
+        await sim.polls.wait_value(lambda value: value >= 1)
+        await trio.sleep(3600)
+        assert sim.polls.value == 1
+        await sim.reload(h100)
+        await sim.polls.wait_value(lambda value: value >= 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sim.polls.value == 2
+        nursery.cancel_scope.cancel()
     await sim.discard(host)

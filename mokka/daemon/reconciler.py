@@ -32,8 +32,12 @@ resync) was read at least ``repair_interval`` after the input of the last
 good pass, the pass runs anyway, so drift (a device node someone deleted,
 a spec another tool overwrote) is put right within one resync interval.
 Stages are idempotent and do not rewrite what is unchanged, so a repair
-pass costs reads, not writes.  ``request_repair`` (SIGHUP) makes the next
-unchanged update a repair pass whatever its age.
+pass costs reads, not writes; and a simulator whose last good call had
+the same input and whose part of the node the host finds unchanged is not
+called at all (``waves.Replays``), so a repair pass with nothing drifted
+costs one ``lstat`` per path, with no rendering.  ``request_repair``
+(SIGHUP) makes the next unchanged update a full repair pass whatever its
+age: every simulator is called, whatever the records say.
 
 An update skipped because its content equals what the last pass ran over
 (the input went A → B → A during a pass) still counts as observed: the node
@@ -112,6 +116,10 @@ class Reconciler:
     _settled_readiness: dict[str, Readiness] | None = attrs.field(default=None, init=False)
     #: ``request_repair`` was called: the next unchanged update runs a pass.
     _repair_requested: bool = attrs.field(default=False, init=False)
+    #: Each simulator's last good call per wave (``waves.Replays``): what
+    #: makes a repair pass over an unchanged state a drift check.
+    #: (Tests under ``autojump_clock`` pass one whose check runs inline.)
+    replays: waves.Replays = attrs.field(factory=waves.Replays)
     _status: ReconcilerStatus = attrs.field(factory=ReconcilerStatus, init=False)
     #: Count of finished passes; tests and ``--once`` wait on it.
     passes: trio_util.AsyncValue[int] = attrs.field(
@@ -174,13 +182,14 @@ class Reconciler:
                 # Same input: converged, terminal, or its retry is already scheduled.
                 self._observe(state.generation)
                 continue
-            self._repair_requested = False
+            requested, self._repair_requested = self._repair_requested, False
             if state.content_hash != last_hash:
                 # New input: the backoff starts over (the user may have fixed it).
                 attempt = 0
             attempt += 1
             result = await self._pass(
-                state, attempt, superseded=_superseded_by(updates, update, state.content_hash)
+                state, attempt, superseded=_superseded_by(updates, update, state.content_hash),
+                replay=not requested,
             )
             if result is None:
                 # A newer input arrived while this one was being staged: the
@@ -226,6 +235,7 @@ class Reconciler:
         attempt: int,
         *,
         superseded: Callable[[], Awaitable[object]] | None = None,
+        replay: bool = True,
     ) -> PassResult | None:
         """``reconcile_once``; ``None`` when ``superseded`` returned during the Stage wave.
 
@@ -235,6 +245,9 @@ class Reconciler:
         over it; a converge in flight finishes its batch, since worker
         threads are not abandoned).  Once past the barrier the pass
         finishes: daemons and published specs are not left half done.
+
+        ``replay`` off makes every simulator's call (a requested repair:
+        the operator asks for the full pass, whatever the records say).
         """
         self._set_phase("reconciling")
         started = trio.current_time()
@@ -248,7 +261,9 @@ class Reconciler:
                         stage_scope.cancel()
 
                     nursery.start_soon(give_way)
-                stage = await waves.stage(self.host, self.simulators, state)
+                stage = await waves.stage(
+                    self.host, self.simulators, state, self.replays, replay=replay
+                )
                 nursery.cancel_scope.cancel()  # the stage is done: stop watching
         if stage_scope.cancel_called:
             # Also when every stage had finished its last converge by the
@@ -263,9 +278,13 @@ class Reconciler:
         supervise: tuple[SimulatorOutcome, ...] = ()
         apply: tuple[SimulatorOutcome, ...] = ()
         if not any(o.failed for o in stage):
-            supervise = await waves.supervise(self.supervisor, self.simulators, state)
+            supervise = await waves.supervise(
+                self.supervisor, self.simulators, state, self.replays, replay=replay
+            )
             if not any(o.failed for o in supervise):
-                apply = await waves.apply(self.host, self.simulators, state)
+                apply = await waves.apply(
+                    self.host, self.simulators, state, self.replays, replay=replay
+                )
         result = PassResult(
             generation=state.generation,
             content_hash=state.content_hash,

@@ -13,8 +13,10 @@ The simulator is a ``Daemon``:
   ``fabricmanager``); ``discard`` removes it (and a leftover marker).
 * ``run`` removes a stale marker, waits the configured init delay (a real
   fabric manager takes a while to train the links), writes the marker, says
-  ``started``, then re-asserts it every 2 s (rewritten if someone deleted
-  it).  Cancelling ``run`` removes the marker in a shielded ``finally``.
+  ``started``, then re-asserts it whenever it may have changed (inotify on
+  its directories; every 2 s where inotify is unavailable): rewritten at
+  once if someone deleted or altered it.  Cancelling ``run`` removes the
+  marker in a shielded ``finally``.
 * ``reload`` delivers a new state: a profile without NVSwitch disables the
   fabric manager (marker removed, the task idles); enabling it again starts
   a fresh init delay, as a restarted fabric manager would.
@@ -42,6 +44,7 @@ from mokka.host import Directory, File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.registry import SimulatorPlugin
 from mokka.state.model import State
+from mokka.state.sources.watch import WatchSet
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,9 @@ class FabricManagerSettings:
     #: link training.  0 by default: most tests want a ready fabric at once;
     #: a positive delay exercises consumers that must wait for it.
     init_delay: float = 0.0
-    #: Seconds between re-assertions of the marker.  2 s: a deleted marker
-    #: comes back quickly, at a negligible cost (one stat per tick).
+    #: Seconds between re-assertions of the marker where inotify cannot
+    #: watch it.  2 s: a deleted marker comes back quickly, at a negligible
+    #: cost (one stat per tick).
     reassert_interval: float = 2.0
 
     def __attrs_post_init__(self) -> None:
@@ -195,8 +199,10 @@ class FabricManagerSimulator:
         self._latest = state
         self._state.value = state
         started = False
+        markers: WatchSet | None = None
         try:
-            await trio.to_thread.run_sync(_remove_stale_marker, host, self._keep_dir())
+            with trio.CancelScope(shield=True):  # a descriptor is never lost half way
+                markers = await trio.to_thread.run_sync(_start_up, host, self._keep_dir())
             while True:
                 if not self.enabled(self._state.value):
                     # Disabled: no marker; wait until a state enables us again.
@@ -211,8 +217,10 @@ class FabricManagerSimulator:
                 if not started:
                     task_status.started()
                     started = True
-                await self._hold(host)
+                await self._hold(host, markers)
         finally:
+            if markers is not None:
+                markers.close()
             with trio.CancelScope(shield=True):
                 await self._take_down(host, STOPPED)
 
@@ -227,8 +235,16 @@ class FabricManagerSimulator:
         self.phase.value = READY
         return True
 
-    async def _hold(self, host: Host) -> None:
-        """Re-assert the marker every interval until a state disables us."""
+    async def _hold(self, host: Host, markers: WatchSet | None) -> None:
+        """Re-assert the marker whenever it may have changed, until a state disables us.
+
+        Woken by inotify on the directories the markers live in (their
+        names there, or the directories themselves going away), not by a
+        timer: an idle node with the markers in place costs nothing.  A
+        marker deleted or altered is rewritten at once.  Without inotify
+        (or for a watch that could not be installed, the directory missing)
+        the check runs every ``reassert_interval`` instead.
+        """
         with trio.CancelScope() as scope:
 
             async def watch() -> None:
@@ -238,10 +254,23 @@ class FabricManagerSimulator:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch)
                 while True:
-                    await trio.sleep(self.settings.reassert_interval)
-                    if await trio.to_thread.run_sync(_reassert_marker, host):
+                    if markers is None:
+                        await trio.sleep(self.settings.reassert_interval)
+                        rewrote = await trio.to_thread.run_sync(_reassert_marker, host)
+                    else:
+                        # Watches first, then the check, then the wait: a change
+                        # before the watches is seen by the check, one after it
+                        # is an event waiting to be read; none is missed.
+                        planned, rewrote = await trio.to_thread.run_sync(
+                            _plan_and_reassert, host, markers
+                        )
+                        if not planned:
+                            markers = None  # this hold polls; the next plans again
+                    if rewrote:
                         logger.warning("fabric manager: marker was deleted, rewrote it")
                         self.rewrites.value += 1
+                    if markers is not None:
+                        await markers.changed()
 
     async def _take_down(self, host: Host, phase: str) -> None:
         if self.phase.value == READY:
@@ -284,6 +313,29 @@ def _reassert_marker(host: Host) -> bool:
     if all(_marker_intact(host, path) for path in _MARKERS):
         return False
     return _write_marker(host)
+
+
+def _start_up(host: Host, keep_dir: bool) -> WatchSet | None:
+    """Remove a stale marker (``_remove_stale_marker``) and open the marker watch (blocking)."""
+    _remove_stale_marker(host, keep_dir)
+    return WatchSet.open()
+
+
+def _plan_and_reassert(host: Host, markers: WatchSet) -> tuple[bool, bool]:
+    """Watch the markers' directories, then re-assert the markers: (watched, rewrote).
+
+    Not watched (the caller falls back to the timer) when the markers'
+    paths do not resolve beneath the root or no directory could be watched.
+    """
+    planned = False
+    try:
+        paths = [host.resolve(path) for path in _MARKERS]
+    except HostPathError:
+        paths = []
+    if paths:
+        markers.plan(paths, why="; checking the fabric manager's marker on a timer instead")
+        planned = bool(markers.watches)
+    return planned, _reassert_marker(host)
 
 
 def _marker_intact(host: Host, node_path: str) -> bool:

@@ -75,6 +75,14 @@ class _Plan:
     smi: SmiChoice
 
 
+def _plan_on(host: Host, state: State, settings: GpuDriverSettings) -> _Plan:
+    """``_plan``, noting that which ``nvidia-smi`` it stages depends on the machine's own
+    files (``Host.depends_on``): one installed later is staged at the next resync."""
+    for path in (settings.nvidia_smi_binary, settings.installed_nvidia_smi):
+        host.depends_on(path)
+    return _plan(state, settings)
+
+
 def _plan(state: State, settings: GpuDriverSettings) -> _Plan:
     """Decide every artifact; raises before any write if something is missing.
 
@@ -161,7 +169,7 @@ class GpuDriverSimulator:
     async def stage(self, host: Host, state: State) -> None:
         """Converge the driver tree onto ``state`` (all batches in parallel)."""
         try:
-            plan = await trio.to_thread.run_sync(_plan, state, self.settings)
+            plan = await trio.to_thread.run_sync(_plan_on, host, state, self.settings)
         except NativeArtifactMissing as exc:
             self._stage_error = f"mock NVML library not built: {exc}"
             raise

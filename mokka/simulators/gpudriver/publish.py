@@ -80,7 +80,11 @@ def _unescape_mountinfo(field: str) -> str:
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
-def is_mountpoint(path: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> bool:
+#: This process's mount table.
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def is_mountpoint(path: Path, mountinfo: Path = MOUNTINFO) -> bool:
     """Whether something is mounted on ``path`` in this mount namespace.
 
     ``os.path.ismount`` cannot tell: a bind mount from the same filesystem
@@ -139,6 +143,9 @@ def publish(host: Host, mode: str) -> str:
         return f"symlink {layout.RUN_DRIVER} -> {symlink_target()}"
     host.converge(OWNER, [Directory(layout.RUN_DRIVER)])
     target = host.resolve(layout.RUN_DRIVER, follow_last=True)
+    # The mount lives in the mount table, not in the node's files: a repair
+    # pass must look again once someone unmounts it.
+    host.depends_on(MOUNTINFO)
     if not is_mountpoint(target):
         source = host.resolve(layout.DRIVER_ROOT, follow_last=True)
         result = host.run(["mount", "--bind", str(source), str(target)])

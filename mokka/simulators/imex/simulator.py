@@ -156,8 +156,11 @@ class ImexSimulator:
         """Find, verify and unpack the archive; raises ``ArchiveError`` before any write."""
         s = self.settings
         if s.archive_dir is not None:
+            # An archive dropped in later is found at the next resync.
+            host.depends_on(s.archive_dir)
             path = archive.find_in_dir(s.archive_dir, s.archive_name)
             if path is not None:
+                host.depends_on(path)
                 if s.archive_sha256 is None:
                     return _BinaryPlan(None, f"{path}: refusing an archive without "
                                        "--imex-archive-sha256 to pin it")

@@ -10,8 +10,11 @@ library derives the readings from it.
 * Level-triggered: each poll recomputes the whole allocation from the whole
   answer (``allocation_for``); nothing is accumulated across polls.
 * No socket (a local run, a node whose kubelet has none): no file, every GPU
-  idle, ready, and the reason says why.  The socket is looked for at every
-  poll, so a kubelet that starts later is picked up.
+  idle, ready, and the reason says why.  The way to the socket is then
+  watched (inotify), and the next look is made when something on it changes,
+  so a kubelet that starts later is picked up at once, and a node without
+  one costs no timer at all (without inotify: a look at every poll).  With
+  ``--workload=off`` only a reload wakes the loop.
 * A failed, slow or malformed answer: the last good file stays, readiness
   is false with the error, the next good poll recovers.
 * ``reload`` (a new profile or GPU count) re-polls at once, so positions in
@@ -43,6 +46,7 @@ from mokka.simulators.workload.podresources import (
 )
 from mokka.simulators.workload.settings import WorkloadSettings
 from mokka.state.model import State
+from mokka.state.sources.watch import WatchSet
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +73,11 @@ class WorkloadSimulator:
     #: Set by ``reload``: poll again now rather than at the next interval.
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     _client: PodResourcesClient | None = attrs.field(default=None, init=False)
+    #: Watches the way to the socket while there is none (``None``: no inotify).
+    _socket_watch: WatchSet | None = attrs.field(default=None, init=False)
+    #: The last poll found nothing to poll until something changes: no socket
+    #: (with its way watched), or ``--workload=off``.
+    _until_changed: bool = attrs.field(default=False, init=False)
     #: The text last written (None: no file): an unchanged poll writes nothing.
     _written: str | None = attrs.field(default=None, init=False)
     #: Completed polls (successful or not), observable: tests wait on it.
@@ -98,25 +107,52 @@ class WorkloadSimulator:
     async def run(self, host: Host, state: State, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self._state = state
         task_status.started()
+        with trio.CancelScope(shield=True):  # a descriptor is never lost half way
+            self._socket_watch = await trio.to_thread.run_sync(WatchSet.open)
         try:
             while True:
                 self._wake = trio.Event()
                 await self._poll_once(host)
                 self.polls.value += 1
-                with trio.move_on_after(self.settings.poll_interval):
-                    await self._wake.wait()
+                if self._until_changed:
+                    await self._wake_or_socket_change()
+                else:
+                    with trio.move_on_after(self.settings.poll_interval):
+                        await self._wake.wait()
         finally:
             self._close()
+            if self._socket_watch is not None:
+                self._socket_watch.close()
+                self._socket_watch = None
+
+    async def _wake_or_socket_change(self) -> None:
+        """Until a reload, or (with no socket) a change on the way to the socket."""
+        with trio.CancelScope() as scope:
+
+            async def woken() -> None:
+                await self._wake.wait()
+                scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(woken)
+                if self.settings.mode == "off" or self._socket_watch is None:
+                    await trio.sleep_forever()
+                await self._socket_watch.changed()
+                scope.cancel()
 
     async def _poll_once(self, host: Host) -> None:
         state = self._state
         assert state is not None
+        self._until_changed = self.settings.mode == "off"
         if self.settings.mode == "off":
             await self._write(host, None)
             self._readiness = Readiness.ok("off (--workload=off): GPUs show no workload")
             return
-        socket = await trio.to_thread.run_sync(self._socket_path, host)
+        socket = await trio.to_thread.run_sync(self._find_socket, host)
         if socket is None:
+            self._until_changed = self._socket_watch is not None and bool(
+                self._socket_watch.watches
+            )
             await self._write(host, None)
             self._readiness = Readiness.ok(
                 f"no pod-resources socket at {self.settings.socket}: "
@@ -154,6 +190,28 @@ class WorkloadSimulator:
             return path if stat.S_ISSOCK(path.stat().st_mode) else None
         except (OSError, HostPathError):
             return None
+
+    def _find_socket(self, host: Host):
+        """``_socket_path``; when there is none, its way is watched and it is looked for again.
+
+        Watched *before* the second look: a socket made after that look is
+        an event waiting to be read, one made before it is found; none is
+        missed.  Blocking.
+        """
+        socket = self._socket_path(host)
+        if self._socket_watch is None:
+            return socket
+        if socket is not None:
+            if self._socket_watch.watches:
+                self._socket_watch.plan([])  # found: polled on the interval again
+            return socket
+        try:
+            way = host.resolve(self.settings.socket, follow_last=True)
+        except HostPathError:
+            self._socket_watch.plan([])
+            return None
+        self._socket_watch.plan([way], why="; looking for the socket at every poll instead")
+        return self._socket_path(host)
 
     async def _call(self, socket) -> tuple[tuple[Grant, ...], tuple[tuple[str, str], ...]]:
         if self._client is None or self._client.socket != socket:

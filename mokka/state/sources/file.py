@@ -28,6 +28,17 @@ be opened at all, the source logs it and relies on the resync alone.
 Every input is re-read on every change, not just the one that changed:
 the three files are small, compiling them takes milliseconds, and a full
 re-read cannot miss a change that happened while the last read ran.
+
+A resync whose inputs all have the signature they had at the last good
+read (device, inode, size, modification and change times of each file,
+links followed; a built-in profile never changes) republishes the same
+``State`` object without parsing or compiling anything: every way a file
+gets new content (a write, a rename over it, a ConfigMap's ``..data``
+swap, which lands on a new inode) changes its change time or its inode,
+and the change time cannot be set back.  A signature taken while a file
+was still being written (its change time within ``RACY_NS`` of the read)
+is not trusted: a second write within the same clock tick could leave
+the times as they were, so the next resync reads that file in full again.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import stat
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -51,76 +62,20 @@ from mokka.state.model import State
 from mokka.state.profile import is_builtin
 from mokka.state.reader import excerpt
 from mokka.state.sources.base import SourceUpdate
-from mokka.state.sources.inotify import (
-    IN_DELETE_SELF,
-    IN_IGNORED,
-    IN_MOVE_SELF,
-    IN_Q_OVERFLOW,
-    Event,
-    Inotify,
-)
+from mokka.state.sources.inotify import Inotify
+from mokka.state.sources.watch import WatchSet, watch_plan
+
+__all__ = ["FileSource", "FileSourceStatistics", "watch_plan"]
 
 logger = logging.getLogger(__name__)
 
-#: Symlink hops followed before giving up (the kernel's own limit is 40).
-MAX_SYMLINK_HOPS = 40
+#: An input changed this recently (nanoseconds before the read) may change
+#: again within the same timestamp tick: its signature is not trusted.
+#: Generous: some filesystems keep times to the second (or two).
+RACY_NS = 3_000_000_000
 
-
-def watch_plan(path: str | os.PathLike[str]) -> dict[str, set[str]]:
-    """Directories to watch for ``path`` and, in each, the names that matter.
-
-    Every symlink on the way is recorded (the directory holding it, its
-    name) and followed; the final target's directory is recorded with the
-    file's name.  A component that does not exist yet is recorded in its
-    parent, so its creation is noticed.
-
-    For a ConfigMap mount of ``/etc/mokka/config.yaml`` the plan is
-    ``/etc/mokka: {config.yaml, ..data, ..2026_…}`` and
-    ``/etc/mokka/..2026_…: {config.yaml}``.  Plain directories higher up
-    are not watched: one of them being swapped is left to the resync.
-    """
-    plan: dict[str, set[str]] = {}
-    _walk(os.path.abspath(os.fspath(path)), plan, 0)
-    return plan
-
-
-def _walk(path: str, plan: dict[str, set[str]], hops: int) -> str | None:
-    """Resolve ``path`` like ``realpath``, recording watches; ``None`` if it does not resolve.
-
-    ``current`` never contains a symlink (each one is resolved as it is
-    met), so ``..`` can be taken lexically.  A relative link target is
-    joined to the directory holding the link, as the kernel does.
-    """
-    if hops > MAX_SYMLINK_HOPS:
-        return None
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    current = "/"
-    for i, name in enumerate(parts):
-        if name == "..":
-            current = os.path.dirname(current)
-            continue
-        candidate = os.path.join(current, name)
-        try:
-            st = os.lstat(candidate)
-        except OSError:
-            # missing (or unreadable): watch for it to appear, plan no further
-            plan.setdefault(current, set()).add(name)
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            plan.setdefault(current, set()).add(name)
-            try:
-                target = os.readlink(candidate)
-            except OSError:
-                return None
-            resolved = _walk(os.path.join(current, target), plan, hops + 1)
-            if resolved is None:
-                return None
-            current = resolved
-        else:
-            if i == len(parts) - 1:
-                plan.setdefault(current, set()).add(name)
-            current = candidate
-    return current
+#: What identifies an input file's version (``None``: missing, or unreadable).
+InputSignature = tuple[int, int, int, int, int] | None
 
 
 @attrs.frozen
@@ -136,6 +91,8 @@ class FileSourceStatistics:
     watched: tuple[str, ...]
     #: False when inotify could not be opened: the resync is all there is
     inotify: bool
+    #: re-reads that found every input's signature unchanged (nothing compiled)
+    unchanged_reads: int = 0
 
 
 async def _to_thread(fn: Callable[[], Any]) -> Any:
@@ -173,15 +130,16 @@ class FileSource:
     #: a burst never delays a reload by more than this many seconds: a writer
     #: that rewrites a file in a loop cannot postpone the reload forever
     max_delay: float = 2.0
+    #: nanoseconds within which an input's change time is too fresh to trust
+    #: its signature (``RACY_NS``; tests of the unchanged re-read set 0)
+    racy_ns: int = RACY_NS
     #: opens the inotify descriptor (tests substitute one that fails)
     open_inotify: Callable[[], Inotify] = Inotify.open
     #: runs the blocking re-read; a worker thread by default (tests under
     #: ``autojump_clock`` run it inline so virtual time cannot skip past it)
     offload: Callable[[Callable[[], Any]], Awaitable[Any]] = _to_thread
 
-    _inotify: Inotify | None = attrs.field(default=None, init=False)
-    # watch descriptor -> (directory, the names in it that matter)
-    _watches: dict[int, tuple[str, frozenset[str]]] = attrs.field(factory=dict, init=False)
+    _watch: WatchSet | None = attrs.field(default=None, init=False)
     _generation: int = attrs.field(default=0, init=False)
     _last_state: State | None = attrs.field(default=None, init=False)
     # problems of the last read, ``None`` when it compiled: the same broken
@@ -189,6 +147,13 @@ class FileSource:
     _last_problems: tuple[str, ...] | None = attrs.field(default=None, init=False)
     _reloads: int = attrs.field(default=0, init=False)
     _events: int = attrs.field(default=0, init=False)
+    #: input re-reads that found every signature unchanged and compiled nothing
+    _unchanged_reads: int = attrs.field(default=0, init=False)
+    # the inputs' signatures at the read that compiled ``_last_state``
+    # (``None``: not trusted, see the module docstring)
+    _last_inputs: tuple[InputSignature, ...] | None = attrs.field(default=None, init=False)
+    # the signatures the last ``_read`` took (``_reload`` keeps them if it compiled)
+    _compiled_from: tuple[InputSignature, ...] | None = attrs.field(default=None, init=False)
     # ``request_resync`` was called; the wait it cuts short, while one runs
     _resync_requested: bool = attrs.field(default=False, init=False)
     _waiting: trio.CancelScope | None = attrs.field(default=None, init=False)
@@ -203,8 +168,9 @@ class FileSource:
         """A frozen snapshot of the counters and the watched directories."""
         return FileSourceStatistics(
             generation=self._generation, reloads=self._reloads, events=self._events,
-            watched=tuple(sorted(d for d, _ in self._watches.values())),
-            inotify=self._inotify is not None,
+            watched=tuple(sorted(d for d, _ in self._watch.watches.values()))
+            if self._watch is not None else (),
+            inotify=self._watch is not None, unchanged_reads=self._unchanged_reads,
         )
 
     def paths(self) -> list[Path]:
@@ -228,7 +194,7 @@ class FileSource:
         being missed.
         """
         try:
-            self._inotify = self.open_inotify()
+            self._watch = WatchSet(self.open_inotify())
         except OSError as exc:
             logger.warning("inotify unavailable (%s); following the inputs by resync every %ss",
                            exc, self.resync_interval)
@@ -239,9 +205,9 @@ class FileSource:
                 resync = await self._wait_for_change()
                 await self._reload(out, resync=resync)
         finally:
-            if self._inotify is not None:
-                self._inotify.close()
-                self._inotify = None
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
 
     # ---- waiting -------------------------------------------------------
 
@@ -271,32 +237,13 @@ class FileSource:
 
     async def _next_relevant(self) -> None:
         """Until a read of the descriptor holds at least one relevant event."""
-        if self._inotify is None:
+        if self._watch is None:
             await trio.sleep_forever()
-        assert self._inotify is not None
-        while True:
-            events = await self._inotify.read_events()
-            self._events += len(events)
-            # A list, not a generator: ``_relevant`` forgets dropped watches as
-            # a side effect, so every event must be seen, not just up to the first hit.
-            if any([self._relevant(ev) for ev in events]):
-                return
-
-    def _relevant(self, ev: Event) -> bool:
-        """Whether ``ev`` can mean new input: a watched name, or the watch set itself changing."""
-        if ev.mask & IN_Q_OVERFLOW:
-            return True  # events were lost: assume anything changed
-        entry = self._watches.get(ev.wd)
-        if entry is None:
-            return False  # a watch we dropped; its last events do not matter
-        if ev.mask & IN_IGNORED:
-            # the kernel dropped it (directory deleted): re-plan
-            del self._watches[ev.wd]
-            return True
-        if not ev.name:
-            # an event on the directory itself: only its going away matters
-            return bool(ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF))
-        return ev.name in entry[1]
+        assert self._watch is not None
+        try:
+            await self._watch.changed()
+        finally:
+            self._events = self._watch.events
 
     # ---- reading -------------------------------------------------------
 
@@ -314,6 +261,7 @@ class FileSource:
         result = await self.offload(self._read)
         now = trio.current_time()
         if isinstance(result, SpecError):
+            self._last_inputs = None
             if result.problems != self._last_problems:
                 logger.warning("desired state inputs are invalid, keeping generation %d: %s",
                                self._generation, result)
@@ -322,6 +270,7 @@ class FileSource:
             return
         recovered = self._last_problems is not None
         self._last_problems = None
+        self._last_inputs = self._compiled_from
         if self._last_state is not None and result.content_hash == self._last_state.content_hash:
             if recovered or resync:
                 # A resync republishes the unchanged state as a new update: the
@@ -348,15 +297,23 @@ class FileSource:
         some input: see below).
         """
         self._rewatch()
+        inputs = self._input_signatures()
+        if inputs is not None and inputs == self._last_inputs and self._last_problems is None:
+            self._unchanged_reads += 1
+            self._compiled_from = inputs
+            return self._last_state  # type: ignore[return-value]  # set with ``_last_inputs``
+        self._compiled_from = None
         try:
             profile, topology, overrides = load_inputs(
                 self.profile, self.topology, self.overrides,
                 overrides_root=self.overrides_root)
-            return compile_state(
+            state = compile_state(
                 profile,
                 node=NodeMeta(node_name=self.node_name, feature_gates=dict(self.feature_gates)),
                 topology=topology, overrides=overrides, generation=self._generation + 1,
             )
+            self._compiled_from = inputs
+            return state
         except SpecError as exc:
             return exc
         except OSError as exc:
@@ -376,31 +333,31 @@ class FileSource:
                 logger.exception("compiling the desired state failed unexpectedly")
             return error
 
-    def _rewatch(self) -> None:
-        """Watch exactly the directories the inputs resolve through now.
+    def _input_signatures(self) -> tuple[InputSignature, ...] | None:
+        """Every input file's signature now; ``None`` when one is too fresh to trust.
 
-        New watches are added before old ones are removed: a directory still
-        wanted gets its same descriptor back, so it is never unwatched in
-        between.  Two paths to one inode (a bind mount) share a descriptor,
-        and their names are merged.  A watch that fails is logged and left
-        to the resync.
+        Taken before the files are read: a change after this point shows
+        in the next signature, so the pair (signature, state compiled
+        after it) never hides one.
         """
-        if self._inotify is None:
-            return
-        plan: dict[str, set[str]] = {}
+        now = time.time_ns()
+        signatures: list[InputSignature] = []
         for path in self.paths():
-            for directory, names in watch_plan(path).items():
-                plan.setdefault(directory, set()).update(names)
-        watches: dict[int, tuple[str, frozenset[str]]] = {}
-        for directory, names in sorted(plan.items()):
             try:
-                wd = self._inotify.add_watch(directory)
-            except OSError as exc:
-                logger.warning("cannot watch %s (%s); relying on the resync every %ss",
-                               directory, exc, self.resync_interval)
+                st = os.stat(path)
+            except OSError:
+                signatures.append(None)
                 continue
-            previous = watches.get(wd, (directory, frozenset()))[1]
-            watches[wd] = (directory, previous | frozenset(names))
-        for wd in set(self._watches) - set(watches):
-            self._inotify.rm_watch(wd)
-        self._watches = watches
+            if now - max(st.st_mtime_ns, st.st_ctime_ns) < self.racy_ns:
+                return None
+            signatures.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        return tuple(signatures)
+
+    def _rewatch(self) -> None:
+        """Watch exactly the directories the inputs resolve through now (``WatchSet.plan``).
+
+        A watch that fails is logged and left to the resync.
+        """
+        if self._watch is not None:
+            self._watch.plan(self.paths(),
+                             why=f"; relying on the resync every {self.resync_interval}s")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import struct
 
@@ -78,8 +79,13 @@ class Event:
     name: str
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
-    """libc with the inotify prototypes declared; ``use_errno`` so failures can say why."""
+    """libc with the inotify prototypes declared; ``use_errno`` so failures can say why.
+
+    Loaded once per process: finding it (``ctypes.util.find_library``) may
+    run a helper program, and several watchers open descriptors.
+    """
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.inotify_init1.argtypes = [ctypes.c_int]
     libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
