@@ -35,9 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """The root as the daemon finds it: ``--root``, ``MOKKA_ROOT``, then ``./mokka-node``."""
     root = Path(args.root or os.environ.get("MOKKA_ROOT") or layout.LOCAL_ROOT)
-    # The marker's path, not ``fabricmanager.marker_present``: importing the
-    # simulator module brings the daemon's stack (trio, every simulator's
-    # registry) into a query that only looks at one file.
+    # The marker's path itself: importing the simulator module would bring
+    # the daemon's stack (trio, every simulator's registry) into a query that
+    # only looks at one file.
     if Host(root).exists(layout.FABRIC_READY_MARKER):
         print("READY")
         return 0

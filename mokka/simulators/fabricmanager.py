@@ -103,11 +103,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "seconds before the fabric is reported ready (default: %(default)s)"))
 
 
-def marker_present(host: Host) -> bool:
-    """Whether the readiness marker exists under ``host``'s root (blocking, cheap)."""
-    return host.exists(layout.FABRIC_READY_MARKER)
-
-
 #: What ``run`` is doing, published in ``FabricManagerSimulator.phase``.
 STOPPED, INITIALIZING, READY, OFF = "stopped", "initializing", "ready", "off"
 
