@@ -64,6 +64,14 @@ class HostFaultError(MokkaError):
     """
 
 
+class PassSuperseded(MokkaError):
+    """A converge of a Stage wave stopped between two paths: a newer input arrived.
+
+    Not a failure: the reconcile loop drops the pass and stages the newer
+    input over whatever this one had done (``Host.GIVE_WAY``).
+    """
+
+
 class CtlError(MokkaError):
     """A bad command line value (exit 2, like argparse's own errors).
 

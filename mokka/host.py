@@ -47,6 +47,7 @@ per file).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import json
 import logging
@@ -73,6 +74,7 @@ from mokka.errors import (
     HostFaultError,
     HostPathError,
     MokkaError,
+    PassSuperseded,
     UntrustedBookkeepingError,
 )
 from mokka.fsops import rmdir_empty_tree
@@ -101,6 +103,17 @@ from mokka.settled import (
 
 if TYPE_CHECKING:
     import subprocess
+
+#: While a Stage wave may still give way to a newer input, the reconcile
+#: loop puts an event here; once it is set, a converge running in a worker
+#: thread (which cancellation cannot stop) stops between two paths with
+#: ``PassSuperseded`` instead of finishing a batch nobody wants any more.
+#: What it leaves is what a kill there would: recorded paths, temp files
+#: removed, the rest for the next converge.  Trio copies the context into
+#: the wave's tasks and their worker threads.
+GIVE_WAY: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "mokka_give_way", default=None
+)
 
 __all__ = [
     "STATE_DIR",
@@ -539,9 +552,12 @@ class Host:
                 previous=settled,
             )
             wanted_paths: set[str] = set()
+            give_way = GIVE_WAY.get()
             try:
                 try:
                     for art in wanted:
+                        if give_way is not None and give_way.is_set():
+                            raise PassSuperseded(f"{owner}: a newer input arrived")
                         norm = node_norm(art.path)
                         wanted_paths.add(norm)
                         work.put(art, norm)

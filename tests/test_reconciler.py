@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,13 +15,14 @@ import trio.lowlevel
 import trio.testing
 import trio_util
 
+import mokka.convergence
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
 from mokka.daemon.waves import Replays
 from mokka.errors import SpecError, StageError
-from mokka.host import Host
+from mokka.host import File, Host
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, MemorySource, make_state
 from tests.support import snapshot
 
@@ -231,6 +233,58 @@ async def test_a_change_mid_stage_does_not_wait_for_the_stale_pass(
         await trio.sleep(120)
         assert h.reconciler.passes.value == 1
         assert h.reconciler.status.phase == "idle"
+
+
+@attrs.define(eq=False)
+class ThreadedStager(FakeSimulator):
+    """Stages ``count`` files in one converge in a worker thread, as the real simulators do."""
+
+    count: int = 50
+
+    async def stage(self, host: Host, state) -> None:
+        self._record("stage", state)
+        files = [File(f"/fake/{self.name}/{i}", f"{state.generation}\n")
+                 for i in range(self.count)]
+        await trio.to_thread.run_sync(host.converge, self.name, files)
+        self.staged.append(state.generation)
+
+
+async def test_a_converge_in_a_worker_thread_gives_way_to_a_newer_input(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """Cancellation cannot reach a worker thread: the stale converge stops at its next
+    path instead of placing the other 49, the newer input's pass converges the node,
+    and no failure is logged for the pass that gave way."""
+    placing, proceed = threading.Event(), threading.Event()
+    placed: list[tuple[str, bytes]] = []
+    real_put = mokka.convergence.Convergence.put
+
+    def put(self, art, norm):
+        placed.append((norm, art.content))
+        if art.content == b"1\n" and not placing.is_set():
+            placing.set()  # the stale pass is placing its first path: hold it there
+            assert proceed.wait(30)
+        return real_put(self, art, norm)
+
+    monkeypatch.setattr(mokka.convergence.Convergence, "put", put)
+    before = snapshot(node_root)
+    sim = ThreadedStager("sim")
+    with trio.fail_after(60):
+        async with running(host, [sim]) as h:
+            h.source.publish(make_state(1))
+            assert await trio.to_thread.run_sync(placing.wait, 30)
+            h.source.publish(make_state(2))
+            await trio.testing.wait_all_tasks_blocked()  # the loop has told it to give way
+            proceed.set()
+            await h.passes(1)
+            assert sim.staged == [2]
+            assert [c for _n, c in placed].count(b"1\n") == 1
+            assert [c for _n, c in placed].count(b"2\n") == 50
+            assert {(node_root / f"fake/sim/{i}").read_bytes() for i in range(50)} == {b"2\n"}
+            assert h.reconciler.status.last_pass.generation == 2
+            assert h.reconciler.status.last_pass.outcome == "ok"
+    assert "failed" not in caplog.text
+    assert snapshot(node_root) == before
 
 
 async def test_a_change_after_the_barrier_lets_the_pass_finish(

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -62,7 +63,7 @@ from mokka.daemon import waves
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.status import DurationSummary, PassResult, ReconcilerStatus, SimulatorOutcome
 from mokka.daemon.supervisor import Supervisor
-from mokka.host import Host
+from mokka.host import GIVE_WAY, Host
 from mokka.simulators.base import Readiness, Simulator
 
 if TYPE_CHECKING:
@@ -242,9 +243,11 @@ class Reconciler:
         Only the Stage wave gives way to a newer input: stages are
         idempotent and nothing is visible before the barrier, so stopping
         one half way leaves nothing a consumer sees (the next pass stages
-        over it; a converge in flight finishes its batch, since worker
-        threads are not abandoned).  Once past the barrier the pass
-        finishes: daemons and published specs are not left half done.
+        over it).  A converge in flight in a worker thread, which
+        cancellation cannot reach, stops at its next path (``GIVE_WAY``):
+        the newer input does not wait for a stale batch.  Once past the
+        barrier the pass finishes: daemons and published specs are not
+        left half done.
 
         ``replay`` off makes every simulator's call (a requested repair:
         the operator asks for the full pass, whatever the records say).
@@ -252,19 +255,25 @@ class Reconciler:
         self._set_phase("reconciling")
         started = trio.current_time()
         stage: tuple[SimulatorOutcome, ...] = ()
-        with trio.CancelScope() as stage_scope:
-            async with trio.open_nursery() as nursery:
-                if superseded is not None:
+        stop = threading.Event()
+        token = GIVE_WAY.set(stop if superseded is not None else None)
+        try:
+            with trio.CancelScope() as stage_scope:
+                async with trio.open_nursery() as nursery:
+                    if superseded is not None:
 
-                    async def give_way() -> None:
-                        await superseded()
-                        stage_scope.cancel()
+                        async def give_way() -> None:
+                            await superseded()
+                            stop.set()  # converges in worker threads stop too
+                            stage_scope.cancel()
 
-                    nursery.start_soon(give_way)
-                stage = await waves.stage(
-                    self.host, self.simulators, state, self.replays, replay=replay
-                )
-                nursery.cancel_scope.cancel()  # the stage is done: stop watching
+                        nursery.start_soon(give_way)
+                    stage = await waves.stage(
+                        self.host, self.simulators, state, self.replays, replay=replay
+                    )
+                    nursery.cancel_scope.cancel()  # the stage is done: stop watching
+        finally:
+            GIVE_WAY.reset(token)
         if stage_scope.cancel_called:
             # Also when every stage had finished its last converge by the
             # time the cancellation could land: the newer input is the one

@@ -33,7 +33,7 @@ import trio
 
 from mokka.daemon.status import SimulatorOutcome
 from mokka.daemon.supervisor import Supervisor
-from mokka.errors import MokkaError, SpecError
+from mokka.errors import MokkaError, PassSuperseded, SpecError
 from mokka.host import Host
 from mokka.settled import Activity
 from mokka.simulators.base import Applier, Daemon, Retractor, Simulator
@@ -297,6 +297,11 @@ async def call(
         # A sibling applier failed first (or the daemon is stopping).
         outcomes[sim.name] = outcome(ok=False, cancelled=True, error="cancelled")
         raise
+    except PassSuperseded:
+        # Its converge gave way to a newer input (``Host.GIVE_WAY``): the pass
+        # is dropped, and this is no failure of the simulator's.
+        outcomes[sim.name] = outcome(ok=False, cancelled=True, error="superseded")
+        return
     except Exception as exc:
         exc.add_note(f"in the {wave} wave of simulator {sim.name!r}")
         error = f"{type(exc).__name__}: {exc}"

@@ -35,7 +35,7 @@ import attrs
 import trio
 
 from mokka import layout
-from mokka.errors import NativeArtifactMissing, StageError
+from mokka.errors import NativeArtifactMissing, PassSuperseded, StageError
 from mokka.host import Artifact, ConvergeReport, Directory, File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.gpudriver import notice
@@ -137,6 +137,9 @@ async def _converge_all(
     async with trio.open_nursery() as nursery:
         for owner, artifacts in batches.items():
             nursery.start_soon(one, owner, artifacts)
+    superseded = [exc for _owner, exc in failures if isinstance(exc, PassSuperseded)]
+    if superseded:
+        raise superseded[0]  # the pass gave way to a newer input: not a failure
     if failures:
         detail = "; ".join(f"{owner}: {exc}" for owner, exc in failures)
         raise StageError(f"gpudriver: {detail}") from failures[0][1]
