@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import nodes
 from figures import report
 
 from mokka.layout import CONFIG_DIR, ENGINE_CONFIG, FABRIC_READY_MARKER
@@ -56,14 +55,8 @@ PROCESS_TIMEOUT = 60.0
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """``(wall, cpu)`` seconds of one process run to completion (it must exit 0)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True, timeout=PROCESS_TIMEOUT)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    """``(wall, cpu)`` seconds of one process (``nodes.timed_process``)."""
+    return nodes.timed_process(cmd, env=env, timeout=PROCESS_TIMEOUT)
 
 
 def scratch_node(root: Path) -> str:
