@@ -14,24 +14,24 @@ argument is there).  What a successful call leaves is returned as a
 
 What this module leans on lives beside it, one concern each: the
 filesystem primitives (``mokka.fsops``), the backups of what a placement
-replaces and their restore (``mokka.backups``), and the record of a
-settled owner (``mokka.settled``).
+replaces and their restore (``mokka.backups``), the removal of what the
+owner no longer wants (``mokka.removal``), and the record of a settled
+owner (``mokka.settled``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
-from mokka import backups, fsops
+from mokka import backups, fsops, removal
 from mokka.artifacts import (
     Artifact,
     CharDevice,
@@ -41,7 +41,7 @@ from mokka.artifacts import (
     File,
     Symlink,
 )
-from mokka.errors import HostPathError, MokkaError
+from mokka.errors import HostPathError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.manifest import Manifest, lists_directory
 from mokka.noderoot import NodeRoot, ResolveCache
@@ -77,7 +77,7 @@ class Convergence:
     _shared_checked: set[str] = attrs.field(factory=set)
     #: Directories this call resolved (``NodeRoot.resolve``'s cache) and
     #: made sure of (``ensure_parents``): each is looked at once per call.
-    _resolved: ResolveCache = attrs.field(factory=dict)
+    resolved: ResolveCache = attrs.field(factory=dict)
     _ensured: set[str] = attrs.field(factory=set)
     #: Regular files written under their temp names, renamed over their
     #: paths by ``commit`` (real path -> temp path).
@@ -86,26 +86,28 @@ class Convergence:
     #: unchanged are kept without being looked at again.
     previous: Settled | None = None
     #: What this call placed (node path -> artifact, real path) and the real
-    #: directories it made sure of: what the next call's ``previous`` records.
-    _placed: dict[str, tuple[Artifact, str]] = attrs.field(factory=dict)
-    _dirs: dict[str, None] = attrs.field(factory=dict)
+    #: directories it made sure of: what the next call's ``previous`` records,
+    #: and what ``mokka.removal`` keeps.
+    placed: dict[str, tuple[Artifact, str]] = attrs.field(factory=dict)
+    dirs: dict[str, None] = attrs.field(factory=dict)
     #: Directories of ``previous`` found to be the same ones again (node path -> bool).
     _same_dirs: dict[str, bool] = attrs.field(factory=dict)
 
-    def _resolve(self, path: str, *, follow_last: bool = False) -> Path:
-        return self.paths.resolve(path, follow_last=follow_last, cache=self._resolved)
+    def resolve(self, path: str, *, follow_last: bool = False) -> Path:
+        """A node path beneath the root, through this call's cache (``resolved``)."""
+        return self.paths.resolve(path, follow_last=follow_last, cache=self.resolved)
 
-    def _forget_directories(self) -> None:
+    def forget_directories(self) -> None:
         """Drop what this call knows of directories: one was removed, or went away."""
-        self._resolved.clear()
+        self.resolved.clear()
         self._ensured.clear()
         self._same_dirs.clear()
 
     def settled(self, wanted: list[Artifact]) -> Settled:
         """The record of this (successful) call that the owner's next one starts from."""
         files = {norm: (art, real, signature(real, os.lstat))
-                 for norm, (art, real) in self._placed.items()}
-        dirs = {real: signature(real, os.lstat) for real in self._dirs}
+                 for norm, (art, real) in self.placed.items()}
+        dirs = {real: signature(real, os.lstat) for real in self.dirs}
         sources = {str(art.source): None for art in wanted if isinstance(art, CopyOf)}
         books = (str(self.manifest.snapshot_path), str(self.manifest.journal_path))
         return Settled(
@@ -152,10 +154,10 @@ class Convergence:
                 self._same_dirs[directory] = same
             if not same:
                 return False
-            self._dirs[str(self.paths.root) + directory] = None
+            self.dirs[str(self.paths.root) + directory] = None
         if signature(real, os.lstat) != before[2]:
             return False
-        self._placed[norm] = (art, real)
+        self.placed[norm] = (art, real)
         return True
 
     def report(self) -> ConvergeReport:
@@ -200,7 +202,7 @@ class Convergence:
             except _ParentVanished as exc:
                 if attempt == _PLACE_ATTEMPTS:
                     raise HostPathError(str(exc)) from None
-            self._forget_directories()
+            self.forget_directories()
             logger.debug("%s: a parent directory went away while placing it; again", norm)
 
     def ensure_parents(self, norm: str) -> None:
@@ -230,18 +232,18 @@ class Convergence:
         went away (removed before this call took the lock) raises
         ``_ParentVanished`` for ``put`` to try again.
         """
-        real = self._resolve(norm, follow_last=True)
+        real = self.resolve(norm, follow_last=True)
         if real == self.paths.root:
             return  # a link to the root itself: the root is never an owner's
         key = self.paths.node_path(real)
-        self._dirs[str(real)] = None
+        self.dirs[str(real)] = None
         with self.dirs_lock:
             existing = fsops.stat_or_none(real)
             if existing is not None and not stat.S_ISDIR(existing.st_mode):
                 raise HostPathError(f"{norm}: exists and is not a directory")
             if existing is None:
                 if not os.path.isdir(real.parent):
-                    if os.path.islink(self._resolve(norm)):
+                    if os.path.islink(self.resolve(norm)):
                         # ``norm`` is a symlink whose (re-rooted) target's parent is
                         # missing: refuse before noting, so the manifest never lists
                         # a path that is really a symlink.
@@ -305,8 +307,8 @@ class Convergence:
         if isinstance(art, Directory):
             self._ensure_dir(norm, art.mode, explicit=True)
             return
-        real = self._resolve(norm)
-        self._placed[norm] = (art, str(real))
+        real = self.resolve(norm)
+        self.placed[norm] = (art, str(real))
         existing = fsops.lstat_or_none(real)
         if existing is not None and self._matches(art, real, existing):
             if norm not in self.manifest.entries:
@@ -315,7 +317,7 @@ class Convergence:
             return
         kind = _kind(art)
         if existing is not None and norm not in self.manifest.entries:
-            backup = backups.save(norm, real, existing, self._backups(), self.manifest.owner)
+            backup = backups.save(norm, real, existing, self.backups_dir(), self.manifest.owner)
             self.manifest.note("add", norm, kind, backup=backup)
         elif norm not in self.manifest.entries:
             self.manifest.note("add", norm, kind)
@@ -324,9 +326,9 @@ class Convergence:
         (self.updated if existing is not None else self.created).append(norm)
         self._write(art, real)
 
-    def _backups(self) -> Path:
+    def backups_dir(self) -> Path:
         """Where backups live beneath the root (``mokka.backups`` keeps one directory per owner)."""
-        return self._resolve(STATE_DIR + "/backups", follow_last=True)
+        return self.resolve(STATE_DIR + "/backups", follow_last=True)
 
     def _matches(self, art: Artifact, real: Path, st: os.stat_result) -> bool:
         """Whether the entry on disk already is ``art`` (content, target, device, mode)."""
@@ -452,167 +454,8 @@ class Convergence:
     # -- removal -------------------------------------------------------
 
     def remove_unwanted(self, wanted: set[str]) -> None:
-        """Remove what this owner created before but ``wanted`` no longer lists.
-
-        Files, links and devices first, then directories deepest first, so
-        directories are empty by the time they are reached (directories are
-        recorded under their real paths, files under the path asked for:
-        only this order holds for both); directories that wanted paths live
-        in stay.
-
-        Best effort, path by path: one path that cannot go (a busy mount, a
-        permission) must not keep every later path of the owner in place, in
-        every later discard too.  A failed path stays in the manifest, and so
-        do its parent directories (forgotten, they would outlive it once the
-        next try removes it); the failures are raised together at the end.
-        """
-        stale = [p for p in self.manifest.entries if p not in wanted]
-        stale_dirs = [p for p in stale if self.manifest.entries[p] == "dir"]
-        stale_other = [p for p in stale if self.manifest.entries[p] != "dir"]
-        keep = self._placed_parents(wanted) if stale_dirs else set()
-        failures: list[str] = []
-        for norm in [
-            *sorted(stale_other),
-            *sorted(stale_dirs, key=lambda p: (-p.count("/"), p)),
-        ]:
-            if norm in keep:
-                continue
-            try:
-                self._remove(norm)
-            except (OSError, MokkaError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                failures.append(f"{norm} ({reason})")
-                logger.warning("could not remove %s: %s", norm, reason)
-                keep |= self._real_parents([norm]) | _prefixes(norm)
-        if failures:
-            raise HostPathError(
-                f"could not remove {', '.join(failures)}; kept in the manifest for the next try"
-            )
-
-    def _placed_parents(self, wanted: set[str]) -> set[str]:
-        """``_real_parents(wanted)``, from the real paths this call placed: no resolving again.
-
-        Every wanted path was placed (or found still placed) by this call
-        before any removal, which noted its real path (``_placed``) and
-        every real directory it made sure of (``_dirs``): their prefixes
-        are exactly what resolving each wanted parent again would give.
-        """
-        keep: set[str] = set()
-        for path in wanted:
-            _add_prefixes(keep, path)
-        root = len(str(self.paths.root))
-        for _art, real in self._placed.values():
-            _add_prefixes(keep, real[root:])
-        for real in self._dirs:
-            _add_prefixes(keep, real[root:])
-        return keep
-
-    def _real_parents(self, paths: Iterable[str]) -> set[str]:
-        """``paths`` and every directory above them, as written and as really found."""
-        logical: set[str] = set()
-        for path in paths:
-            logical |= _prefixes(path, inclusive=True)
-        real: set[str] = set()
-        for parent in logical:
-            try:
-                resolved = self.paths.resolve_parts(
-                    parent, follow_last=True, cache=self._resolved
-                )
-            except HostPathError:
-                continue
-            for i in range(1, len(resolved) + 1):
-                real.add("/" + "/".join(resolved[:i]))
-        return logical | real
-
-    def _remove(self, norm: str) -> None:
-        """Remove one recorded entry, restore what it replaced, and forget it."""
-        kind = self.manifest.entries[norm]
-        try:
-            real = self._resolve(norm)
-        except HostPathError:
-            logger.warning(
-                "manifest path %s no longer resolves inside the root; forgetting it", norm
-            )
-            self.manifest.note("remove", norm)
-            return
-        if kind == "dir":
-            if os.path.ismount(real):
-                # A bind mount we published (the driver tree at /run/nvidia/driver)
-                # outliving a killed process: detach it, or rmdir fails with EBUSY.
-                # Lazy, because a consumer may still hold files open in it.
-                result = self.run(["umount", "--lazy", str(real)])
-                if result.returncode != 0:
-                    logger.warning("could not unmount %s: %s", norm, result.stderr.strip())
-            # Under the directory lock: see ``_ensure_dir``.
-            with self.dirs_lock:
-                self._rmdir(norm, real)
-                self.manifest.note("remove", norm)
-            self._forget_directories()
-            self.removed.append(norm)
-            return
-        backup = self.manifest.backups.get(norm)
-        # Checked before anything is removed: a backup that cannot be trusted
-        # leaves our file in place, recorded, rather than the node without either.
-        saved = backups.load(norm, backup, self._backups(), self.manifest.owner) if backup else None
-        # A process killed between writing the temp file and renaming it
-        # leaves the temp file beside the path (``_write``); it is ours too.
-        fsops.unlink(real.with_name(f".{real.name}.mokka-tmp"))
-        try:
-            fsops.unlink(real)
-        except IsADirectoryError:
-            # Replaced by a directory since (someone made one in its place):
-            # not ours any more, and what it replaced cannot go back there.
-            logger.warning(
-                "leaving %s in place: it is a directory now%s", norm,
-                f" (the file it replaced is kept in {STATE_DIR}/backups)" if backup else "",
-            )
-            self.manifest.note("remove", norm)
-            return
-        if saved is not None:
-            backups.restore(real, saved)
-        self.manifest.note("remove", norm)
-        self.removed.append(norm)
-
-    @staticmethod
-    def _rmdir(norm: str, real: Path) -> None:
-        """``rmdir`` a recorded directory; one that is not empty (or not a directory) stays."""
-        try:
-            os.rmdir(real)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                # Still holds another owner's files (shared parents empty out as the
-                # last owner leaves) or files Mokka never wrote: leave it.  DEBUG,
-                # because during a teardown this is the common case, not news.
-                logger.debug("leaving directory %s in place: it is not empty", norm)
-            elif exc.errno == errno.ENOTDIR:
-                # Replaced by a symlink or file since: not ours any more.
-                logger.info("leaving %s in place: it is no longer a directory", norm)
-            else:
-                raise
-
-
-def _add_prefixes(into: set[str], path: str) -> None:
-    """Add ``path`` and every directory above it (``_prefixes(path, inclusive=True)``) to ``into``.
-
-    From the end, stopping at the first one already there: its own
-    prefixes were added with it, so shared parents cost one lookup.
-    """
-    end = len(path)
-    while end > 0:
-        prefix = path[:end]
-        if prefix in into:
-            return
-        into.add(prefix)
-        end = path.rfind("/", 0, end)
-
-
-def _prefixes(path: str, *, inclusive: bool = False) -> set[str]:
-    """The directories above a node path: ``/a/b/c`` → ``/a``, ``/a/b`` (and itself, inclusive)."""
-    parts = path.strip("/").split("/")
-    end = len(parts) + 1 if inclusive else len(parts)
-    return {"/" + "/".join(parts[:i]) for i in range(1, end)}
+        """Remove what the owner created before but ``wanted`` lacks (``mokka.removal``)."""
+        removal.remove_unwanted(self, wanted)
 
 
 #: Batches of at most this many regular files are synced file by file (``commit``).

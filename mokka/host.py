@@ -36,9 +36,11 @@ what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
   without rendering anything (``mokka.daemon.waves.Replays``).
 
 The artifact types live in ``mokka.artifacts``, the manifest in
-``mokka.manifest``, path mapping in ``mokka.noderoot`` and one converge
-call's work in ``mokka.convergence`` (which imports none of this module);
-the artifact types are re-exported here, the one module simulators import.
+``mokka.manifest``, path mapping in ``mokka.noderoot``, one converge
+call's work in ``mokka.convergence`` (which imports none of this module),
+the state directory's lifecycle in ``mokka.statedir`` and the recording
+of a call in ``mokka.recording``; the artifact types are re-exported
+here, the one module simulators import.
 All methods are blocking; simulators call them through
 ``trio.to_thread.run_sync`` once per batch (one thread hop per surface, not
 per file).
@@ -49,10 +51,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
-import json
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -75,31 +75,19 @@ from mokka.errors import (
     HostPathError,
     MokkaError,
     PassSuperseded,
-    UntrustedBookkeepingError,
 )
-from mokka.fsops import rmdir_empty_tree
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.manifest import (
     TMP_SUFFIX,
     Manifest,
-    check_private_dir,
-    is_node_path,
-    make_private_dir,
-    read_private,
-    write_private,
-    write_private_replacing,
 )
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.noderoot import norm as node_norm
-from mokka.settled import (
-    RECORDING,
-    UNCOMPARABLE,
-    Activity,
-    Seen,
-    Settled,
-    content_signature,
-    signature,
-)
+from mokka.recording import current as current_activity
+from mokka.recording import note_looked_at, note_outside, record
+from mokka.recording import unchanged as still_unchanged
+from mokka.settled import RECORDING, Activity, Settled
+from mokka.statedir import StateDir
 
 if TYPE_CHECKING:
     import subprocess
@@ -182,10 +170,8 @@ class Host:
     #: Per-owner locks: converge/discard of one owner never interleave.
     _locks: dict[str, threading.Lock] = attrs.field(factory=dict, init=False)
     _locks_guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    #: Guards the shared state directory: created by the first converge in
-    #: flight, removed by the last one out when no manifest remains.
-    _state_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    _state_users: int = attrs.field(default=0, init=False)
+    #: The private state directory beneath the root (created and removed as converges need it).
+    state: StateDir = attrs.field(init=False)
     #: Serialises every owner's "share or create" and "remove and forget" of
     #: directories (``mokka.convergence``); file writes stay concurrent.
     dirs_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -196,31 +182,14 @@ class Host:
 
     def __attrs_post_init__(self) -> None:
         self.paths = NodeRoot(self.root)
-
-    @contextlib.contextmanager
-    def _state_in_use(self) -> Iterator[None]:
-        with self._state_lock:
-            self._ensure_state_dir()
-            self._state_users += 1
-        try:
-            yield
-        finally:
-            with self._state_lock:
-                self._state_users -= 1
-                if self._state_users == 0:
-                    self._cleanup_state_dir()
+        self.state = StateDir(self.root, self.paths)
 
     # ---- paths ---------------------------------------------------------
 
     @property
     def state_dir(self) -> Path:
-        """Mokka's bookkeeping directory (manifests, backups), really, beneath the root.
-
-        Followed to the end: ``var/lib/mokka`` may be a symlink (to
-        ``/data/mokka``, re-rooted), and what is created and removed is the
-        directory it names.
-        """
-        return self.paths.resolve(STATE_DIR, follow_last=True)
+        """Mokka's bookkeeping directory, really, beneath the root (``StateDir.path``)."""
+        return self.state.path
 
     def resolve(self, path: str | os.PathLike[str], *, follow_last: bool = False) -> Path:
         """Map a node path beneath the root, links followed inside it (``NodeRoot.resolve``).
@@ -231,12 +200,12 @@ class Host:
         followed unless ``follow_last`` (we create, replace or remove *that*
         entry).
         """
-        self._looked_at(path, follow_last)
+        note_looked_at(self.paths, path, follow_last)
         return self.paths.resolve(path, follow_last=follow_last)
 
     def exists(self, path: str) -> bool:
         """Whether a node path exists (a dangling link counts); an escaping path does not."""
-        self._looked_at(path, False)
+        note_looked_at(self.paths, path, False)
         try:
             return os.path.lexists(self.paths.resolve(path))
         except HostPathError:
@@ -244,7 +213,7 @@ class Host:
 
     def read_bytes(self, path: str) -> bytes:
         """A node file's content, symlinks followed inside the root."""
-        self._looked_at(path, True)
+        note_looked_at(self.paths, path, True)
         return self.paths.resolve(path, follow_last=True).read_bytes()
 
     def read_text(self, path: str) -> str:
@@ -255,7 +224,7 @@ class Host:
 
     def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess[str]:
         """Run a host command through the injected runner (tests record, the daemon executes)."""
-        activity = _recording()
+        activity = current_activity()
         if activity is not None:
             activity.opaque = f"runs {argv[0] if argv else 'a command'}"
         return self.runner.run(argv, **kwargs)
@@ -269,25 +238,15 @@ class Host:
         made again once that path's signature changes (its content, for
         ``/proc`` files), not only when the node or the input does.
         """
-        activity = _recording()
-        if activity is not None:
-            path = os.fspath(path)
-            seen = activity.outside[path] = _outside_seen(path)
-            if seen == UNCOMPARABLE:
-                activity.opaque = f"depends on {path}"
+        note_outside(path)
 
     # ---- the drift check of a replayed call --------------------------
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[Activity]:
         """Record what the calls made in this context ask of the host (``Activity``)."""
-        activity = Activity()
-        token = RECORDING.set(activity)
-        try:
+        with record() as activity:
             yield activity
-        finally:
-            RECORDING.reset(token)
-            activity.closed = True
 
     def unchanged(self, activity: Activity, cache: ResolveCache | None = None) -> bool:
         """Whether the node is still exactly what ``activity`` found and left.
@@ -299,50 +258,13 @@ class Host:
         included; ``cache`` shares the directories met between the calls
         of one sweep).  Blocking: one ``lstat`` per path.
         """
-        if activity.opaque is not None:
-            return False
-        for owner, settled in activity.converged.items():
-            if settled is None:
-                if owner in self._settled or self._has_bookkeeping(owner):
-                    return False
-            elif self._settled.get(owner) is not settled or not settled.holds(settled.wanted):
-                return False
-        if any(_outside_seen(path) != seen for path, seen in activity.outside.items()):
-            return False
-        if cache is None:
-            cache = {}
-        return all(
-            self._seen(path, follow, cache) == seen
-            for (path, follow), seen in activity.looked_at.items()
+        return still_unchanged(
+            activity,
+            paths=self.paths,
+            settled=self._settled,
+            has_bookkeeping=self.state.has_bookkeeping,
+            cache=cache,
         )
-
-    def _looked_at(self, path: str | os.PathLike[str], follow_last: bool) -> None:
-        """Note a node path a recorded call looks at, with what it finds there now."""
-        activity = _recording()
-        if activity is None:
-            return
-        path = os.fspath(path)
-        seen = self._seen(path, follow_last)
-        if seen == UNCOMPARABLE:
-            activity.opaque = f"looks at {path}"
-        activity.looked_at[(path, follow_last)] = seen
-
-    def _seen(self, path: str, follow_last: bool, cache: ResolveCache | None = None) -> Seen:
-        """What identifies a looked-at node path's current version (``settled.signature``).
-
-        Beneath ``/proc`` or ``/sys`` a file's content changes (a module
-        registers a device major) with no change of signature: a file
-        there is identified by its content too (``content_signature``).
-        """
-        try:
-            parts = self.paths.resolve_parts(path, follow_last=follow_last, cache=cache)
-        except HostPathError:
-            return "outside the root"
-        real = str(self.paths.real(parts))
-        stat_fn = os.stat if follow_last else os.lstat
-        if parts and parts[0] in _PSEUDO_FILESYSTEMS:
-            return content_signature(real, stat_fn)
-        return signature(real, stat_fn)
 
     # ---- convergence ---------------------------------------------------
 
@@ -352,138 +274,17 @@ class Host:
             return self._locks.setdefault(owner, threading.Lock())
 
     def _manifest_dir(self) -> Path:
-        """Where every owner's manifest and journal live."""
-        return self.paths.resolve(STATE_DIR + "/manifests", follow_last=True)
-
-    @property
-    def _parents_marker(self) -> Path:
-        """The record of the state directory's ancestors a converge created.
-
-        At the top of the root, not in the state directory: the ancestors
-        are removed *after* the state directory, and a record inside it would
-        be gone by then, so a kill between the two would leave ``/var/lib``
-        behind with nothing saying it was ours.  It exists only while such
-        ancestors do (an empty root: tests, a local run; never on a real host).
-        """
-        return self.root / ".mokka-created-parents.json"
-
-    def _ensure_state_dir(self) -> None:
-        """Create the private state directory, recording first which ancestors will be ours.
-
-        On an empty root (tests, a local run) ``/var`` and ``/var/lib`` do not
-        exist; recording them (before they are made, like every manifest
-        entry) lets the last discard remove them again, so the root ends
-        exactly as it started.  The ancestors are node directories (0755);
-        the state directory itself is 0700, whatever the umask.  One that
-        exists is checked instead: refused unless private and ours.
-        """
-        state = self.state_dir
-        if check_private_dir(state):
-            return
-        parts = state.relative_to(self.root).parts
-        missing = [
-            "/" + "/".join(parts[:i])
-            for i in range(1, len(parts))
-            if not os.path.isdir(self.root.joinpath(*parts[:i]))
-        ]
-        if missing:
-            recorded = self._created_parents()
-            data = json.dumps(recorded + missing).encode()
-            if recorded:  # left by a process killed while removing them
-                write_private_replacing(self._parents_marker, data)
-            else:
-                write_private(self._parents_marker, data)
-        for rel in missing:
-            real = self.root / rel.lstrip("/")
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(real, 0o755)
-                os.chmod(real, 0o755)
-        make_private_dir(state)
-
-    def _cleanup_state_dir(self) -> None:
-        """Remove the state directory, then the ancestors it created, once it records nothing.
-
-        Also finishes the job of a process killed half way through it: the
-        state directory gone, the ancestors (and their record) not yet.
-        """
-        state = self.state_dir
-        if check_private_dir(state):
-            if self.leftovers():
-                return  # a manifest or a backup still waits for its owner's discard
-            for probe in state.glob(".mknod-probe-*"):
-                # The device-node probe's scratch directory, left by a kill mid-probe.
-                shutil.rmtree(probe, ignore_errors=True)
-            legacy = self._created_parents(state / _LEGACY_PARENTS_MARKER)
-            if legacy:
-                # An earlier release kept the record inside: move it out first.
-                merged = self._created_parents() + legacy
-                write_private_replacing(self._parents_marker, json.dumps(merged).encode())
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(state / _LEGACY_PARENTS_MARKER)
-            rmdir_empty_tree(state)
-            if os.path.lexists(state):
-                return
-        if not os.path.lexists(self._parents_marker):
-            return  # (checked first: on a read-only root, unlink says EROFS, not ENOENT)
-        created = self._created_parents()
-        for rel in sorted(created, key=lambda r: -r.count("/")):
-            # OSError: something else now lives there, so it stays.
-            with contextlib.suppress(OSError):
-                os.rmdir(self.root / rel.lstrip("/"))
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._parents_marker)
-
-    def _created_parents(self, marker: Path | None = None) -> list[str]:
-        """The recorded ancestors of the state directory (checked: ancestors, nothing else)."""
-        marker = marker or self._parents_marker
-        raw = read_private(marker)
-        if raw is None:
-            return []
-        try:
-            created = json.loads(raw)
-        except json.JSONDecodeError:
-            created = None
-        state_rel = "/" + self.state_dir.relative_to(self.root).as_posix()
-        if not isinstance(created, list) or not all(
-            is_node_path(p) and state_rel.startswith(p + "/") for p in created
-        ):
-            raise UntrustedBookkeepingError(
-                f"{marker}: expected a list of the directories above {state_rel}; "
-                "nothing in this file is acted on"
-            )
-        return created
+        """Where every owner's manifest and journal live (``StateDir.manifest_dir``)."""
+        return self.state.manifest_dir()
 
     def leftovers(self) -> list[str]:
         """Node paths of bookkeeping still waiting: manifests, journals, temp files, backups."""
-        try:
-            state = self.state_dir
-            if not check_private_dir(state):
-                return []
-        except (HostPathError, OSError):
-            return []
-        left: list[str] = []
-        for sub in ("manifests", "backups"):
-            for dirpath, _dirnames, filenames in os.walk(state / sub):
-                for name in sorted(filenames):
-                    rel = (Path(dirpath) / name).relative_to(self.root).as_posix()
-                    left.append("/" + rel)
-        return sorted(left)
-
-    def _has_bookkeeping(self, owner: str) -> bool:
-        """Whether ``owner`` has a manifest, journal or temp snapshot under the root."""
-        try:
-            directory = self._manifest_dir()
-        except HostPathError:
-            return False
-        return any(
-            os.path.lexists(directory / f"{owner}{suffix}")
-            for suffix in (".json", ".journal", TMP_SUFFIX)
-        )
+        return self.state.leftovers()
 
     def owned(self, owner: str) -> dict[str, str]:
         """The paths ``owner`` currently owns (path → kind), as persisted."""
         for suffix in (".json", ".journal"):
-            self._looked_at(f"{STATE_DIR}/manifests/{owner}{suffix}", False)
+            note_looked_at(self.paths, f"{STATE_DIR}/manifests/{owner}{suffix}", False)
         with self._lock(owner):
             return dict(Manifest.load(owner, self._manifest_dir()).entries)
 
@@ -498,7 +299,7 @@ class Host:
         record this converge leaves; the host's own lookups meanwhile are
         not the caller's and are not noted.
         """
-        activity = _recording()
+        activity = current_activity()
         if activity is None:
             return self._converge_owner(owner, artifacts)
         token = RECORDING.set(None)
@@ -518,11 +319,9 @@ class Host:
                 # The drift check of a pass that changes nothing (``Settled``).
                 self._settled[owner] = settled
                 return ConvergeReport(degraded=settled.degraded)
-            if not wanted and not self._has_bookkeeping(owner):
-                if os.path.lexists(self._parents_marker):
-                    with self._state_lock:
-                        if self._state_users == 0:
-                            self._cleanup_state_dir()  # what a killed process left
+            if not wanted and not self.state.has_bookkeeping(owner):
+                if os.path.lexists(self.state.parents_marker):
+                    self.state.cleanup_if_idle()  # what a killed process left
                 return ConvergeReport()
             try:
                 return self._converge(owner, wanted, settled)
@@ -540,7 +339,7 @@ class Host:
         # imported here: reading a node root (``mokka ctl status``) converges nothing
         from mokka.convergence import Convergence
 
-        with self._state_in_use():
+        with self.state.in_use():
             manifest = Manifest.load(owner, self._manifest_dir())
             work = Convergence(
                 paths=self.paths,
@@ -614,21 +413,7 @@ class Host:
 
     def owners(self) -> list[str]:
         """Every owner with bookkeeping under the root (what ``discard_all`` goes through)."""
-        try:
-            return self._owners_in(self._manifest_dir())
-        except HostPathError:
-            return []
-
-    @staticmethod
-    def _owners_in(directory: Path) -> list[str]:
-        if not check_private_dir(directory):
-            return []
-        return sorted({
-            name.removesuffix(suffix)
-            for name in os.listdir(directory)
-            for suffix in (".json", ".journal", TMP_SUFFIX)
-            if name.endswith(suffix) and name != suffix
-        })
+        return self.state.owners()
 
     def discard_all(self) -> ConvergeReport:
         """Discard every owner with a manifest (``mokka cleanup``).
@@ -645,7 +430,7 @@ class Host:
             # can be there (nothing was ever written through it).
             logger.warning("no Mokka bookkeeping under %s to discard: %s", self.root, exc)
             return ConvergeReport()
-        owners = self._owners_in(directory)
+        owners = self.state.owners_in(directory)
         removed: list[str] = []
         failures: list[str] = []
         failed: set[str] = set()
@@ -656,11 +441,9 @@ class Host:
                 logger.warning("could not discard everything of %s: %s", owner, exc)
                 failures.append(f"{owner}: {exc}")
                 failed.add(owner)
-        with self._state_lock:
-            if self._state_users == 0:
-                # Finish what a process killed while removing the state
-                # directory left: no owner is left to do it in its discard.
-                self._cleanup_state_dir()
+        # Finish what a process killed while removing the state directory
+        # left: no owner is left to do it in its discard.
+        self.state.cleanup_if_idle()
         # What a failed owner keeps is said above; anything else is news.
         left = [p for p in self.leftovers() if _bookkeeping_owner(p) not in failed]
         if left:
@@ -669,28 +452,6 @@ class Host:
             raise HostPathError("; ".join(failures))
         return ConvergeReport(removed=tuple(removed))
 
-
-#: Top directories whose files change content with no change of signature
-#: (procfs, sysfs): a looked-at file there is compared by content (``Host._seen``).
-_PSEUDO_FILESYSTEMS = frozenset({"proc", "sys"})
-
-def _recording() -> Activity | None:
-    """The ``Activity`` being recorded in this context, if any and still open."""
-    activity = RECORDING.get()
-    return None if activity is None or activity.closed else activity
-
-
-def _outside_seen(path: str) -> Seen:
-    """What identifies a machine path's current version (``Host.depends_on``): its
-    ``stat`` signature; for a ``/proc`` or ``/sys`` file, its content too."""
-    top = path.lstrip("/").split("/", 1)[0]
-    if path.startswith("/") and top in _PSEUDO_FILESYSTEMS:
-        return content_signature(path, os.stat)
-    return signature(path, os.stat)
-
-
-#: Where releases before the record moved to the top of the root kept it (in the state directory).
-_LEGACY_PARENTS_MARKER = "created-parents.json"
 
 #: Faults a node root can be expected to have, and what each means for the operator.
 _EXPECTED_FAULTS: dict[int, str] = {

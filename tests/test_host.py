@@ -20,6 +20,8 @@ import mokka.convergence
 import mokka.fsops
 import mokka.host
 import mokka.manifest
+import mokka.removal
+import mokka.statedir
 from mokka.errors import HostFaultError, HostPathError
 from mokka.host import CharDevice, ConvergeReport, CopyOf, Directory, File, Host, Symlink
 from mokka.manifest import Manifest
@@ -394,7 +396,7 @@ def test_sharing_and_forgetting_a_directory_never_interleave(
     before = snapshot(node_root)
     checked: list[str] = []
     real_lists = mokka.convergence.lists_directory
-    real_rmdir = mokka.convergence.Convergence._rmdir
+    real_rmdir = mokka.removal._rmdir
 
     def lists_directory(directory, owner, key):
         assert host.dirs_lock.locked(), f"shared-directory check of {key} outside the lock"
@@ -407,7 +409,7 @@ def test_sharing_and_forgetting_a_directory_never_interleave(
         return real_rmdir(norm, real)
 
     monkeypatch.setattr(mokka.convergence, "lists_directory", lists_directory)
-    monkeypatch.setattr(mokka.convergence.Convergence, "_rmdir", staticmethod(rmdir))
+    monkeypatch.setattr(mokka.removal, "_rmdir", rmdir)
     host.converge("a", [File("/d/a", "a")])
     host.converge("b", [File("/d/b", "b")])
     host.discard("a")
@@ -653,7 +655,7 @@ def test_discarding_what_was_never_written_writes_nothing(
     def read_only(path, *args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
-    for module in (mokka.host.os, mokka.manifest.os, mokka.convergence.os):
+    for module in (mokka.statedir.os, mokka.manifest.os, mokka.convergence.os):
         monkeypatch.setattr(module, "mkdir", read_only)
     assert host.discard("t") == ConvergeReport()
     assert host.discard_all() == ConvergeReport()

@@ -1,0 +1,199 @@
+"""Removal of what an owner created before and no longer wants.
+
+The downward half of one ``Host.converge`` call (8 → 4 GPUs removes
+``nvidia4..7``; a discard removes everything): each stale manifest entry is
+removed path by path, what it replaced is restored from its backup, a bind
+mount a killed process left is detached, and directories are removed
+deepest first while the ones wanted paths still live in stay.
+
+Kept apart from ``mokka.convergence``, which places what is wanted, because
+removal has its own order, its own best-effort failure handling and its own
+reading of which directories to keep; it works on the call's
+``Convergence`` (its manifest, the paths and directories it placed) and
+never imports ``mokka.host``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mokka import backups, fsops
+from mokka.errors import HostPathError, MokkaError
+from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+
+if TYPE_CHECKING:
+    from mokka.convergence import Convergence
+
+logger = logging.getLogger(__name__)
+
+
+def remove_unwanted(work: Convergence, wanted: set[str]) -> None:
+    """Remove what this owner created before but ``wanted`` no longer lists.
+
+    Files, links and devices first, then directories deepest first, so
+    directories are empty by the time they are reached (directories are
+    recorded under their real paths, files under the path asked for:
+    only this order holds for both); directories that wanted paths live
+    in stay.
+
+    Best effort, path by path: one path that cannot go (a busy mount, a
+    permission) must not keep every later path of the owner in place, in
+    every later discard too.  A failed path stays in the manifest, and so
+    do its parent directories (forgotten, they would outlive it once the
+    next try removes it); the failures are raised together at the end.
+    """
+    stale = [p for p in work.manifest.entries if p not in wanted]
+    stale_dirs = [p for p in stale if work.manifest.entries[p] == "dir"]
+    stale_other = [p for p in stale if work.manifest.entries[p] != "dir"]
+    keep = _placed_parents(work, wanted) if stale_dirs else set()
+    failures: list[str] = []
+    for norm in [
+        *sorted(stale_other),
+        *sorted(stale_dirs, key=lambda p: (-p.count("/"), p)),
+    ]:
+        if norm in keep:
+            continue
+        try:
+            _remove(work, norm)
+        except (OSError, MokkaError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            failures.append(f"{norm} ({reason})")
+            logger.warning("could not remove %s: %s", norm, reason)
+            keep |= _real_parents(work, [norm]) | _prefixes(norm)
+    if failures:
+        raise HostPathError(
+            f"could not remove {', '.join(failures)}; kept in the manifest for the next try"
+        )
+
+
+def _placed_parents(work: Convergence, wanted: set[str]) -> set[str]:
+    """``_real_parents(wanted)``, from the real paths this call placed: no resolving again.
+
+    Every wanted path was placed (or found still placed) by this call
+    before any removal, which noted its real path (``Convergence.placed``) and
+    every real directory it made sure of (``Convergence.dirs``): their prefixes
+    are exactly what resolving each wanted parent again would give.
+    """
+    keep: set[str] = set()
+    for path in wanted:
+        _add_prefixes(keep, path)
+    root = len(str(work.paths.root))
+    for _art, real in work.placed.values():
+        _add_prefixes(keep, real[root:])
+    for real in work.dirs:
+        _add_prefixes(keep, real[root:])
+    return keep
+
+
+def _real_parents(work: Convergence, paths: Iterable[str]) -> set[str]:
+    """``paths`` and every directory above them, as written and as really found."""
+    logical: set[str] = set()
+    for path in paths:
+        logical |= _prefixes(path, inclusive=True)
+    real: set[str] = set()
+    for parent in logical:
+        try:
+            resolved = work.paths.resolve_parts(
+                parent, follow_last=True, cache=work.resolved
+            )
+        except HostPathError:
+            continue
+        for i in range(1, len(resolved) + 1):
+            real.add("/" + "/".join(resolved[:i]))
+    return logical | real
+
+
+def _remove(work: Convergence, norm: str) -> None:
+    """Remove one recorded entry, restore what it replaced, and forget it."""
+    kind = work.manifest.entries[norm]
+    try:
+        real = work.resolve(norm)
+    except HostPathError:
+        logger.warning(
+            "manifest path %s no longer resolves inside the root; forgetting it", norm
+        )
+        work.manifest.note("remove", norm)
+        return
+    if kind == "dir":
+        if os.path.ismount(real):
+            # A bind mount we published (the driver tree at /run/nvidia/driver)
+            # outliving a killed process: detach it, or rmdir fails with EBUSY.
+            # Lazy, because a consumer may still hold files open in it.
+            result = work.run(["umount", "--lazy", str(real)])
+            if result.returncode != 0:
+                logger.warning("could not unmount %s: %s", norm, result.stderr.strip())
+        # Under the directory lock: see ``Convergence._ensure_dir``.
+        with work.dirs_lock:
+            _rmdir(norm, real)
+            work.manifest.note("remove", norm)
+        work.forget_directories()
+        work.removed.append(norm)
+        return
+    backup = work.manifest.backups.get(norm)
+    # Checked before anything is removed: a backup that cannot be trusted
+    # leaves our file in place, recorded, rather than the node without either.
+    saved = backups.load(norm, backup, work.backups_dir(), work.manifest.owner) if backup else None
+    # A process killed between writing the temp file and renaming it
+    # leaves the temp file beside the path (``Convergence._write``); it is ours too.
+    fsops.unlink(real.with_name(f".{real.name}.mokka-tmp"))
+    try:
+        fsops.unlink(real)
+    except IsADirectoryError:
+        # Replaced by a directory since (someone made one in its place):
+        # not ours any more, and what it replaced cannot go back there.
+        logger.warning(
+            "leaving %s in place: it is a directory now%s", norm,
+            f" (the file it replaced is kept in {STATE_DIR}/backups)" if backup else "",
+        )
+        work.manifest.note("remove", norm)
+        return
+    if saved is not None:
+        backups.restore(real, saved)
+    work.manifest.note("remove", norm)
+    work.removed.append(norm)
+
+
+def _rmdir(norm: str, real: Path) -> None:
+    """``rmdir`` a recorded directory; one that is not empty (or not a directory) stays."""
+    try:
+        os.rmdir(real)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            # Still holds another owner's files (shared parents empty out as the
+            # last owner leaves) or files Mokka never wrote: leave it.  DEBUG,
+            # because during a teardown this is the common case, not news.
+            logger.debug("leaving directory %s in place: it is not empty", norm)
+        elif exc.errno == errno.ENOTDIR:
+            # Replaced by a symlink or file since: not ours any more.
+            logger.info("leaving %s in place: it is no longer a directory", norm)
+        else:
+            raise
+
+
+def _add_prefixes(into: set[str], path: str) -> None:
+    """Add ``path`` and every directory above it (``_prefixes(path, inclusive=True)``) to ``into``.
+
+    From the end, stopping at the first one already there: its own
+    prefixes were added with it, so shared parents cost one lookup.
+    """
+    end = len(path)
+    while end > 0:
+        prefix = path[:end]
+        if prefix in into:
+            return
+        into.add(prefix)
+        end = path.rfind("/", 0, end)
+
+
+def _prefixes(path: str, *, inclusive: bool = False) -> set[str]:
+    """The directories above a node path: ``/a/b/c`` → ``/a``, ``/a/b`` (and itself, inclusive)."""
+    parts = path.strip("/").split("/")
+    end = len(parts) + 1 if inclusive else len(parts)
+    return {"/" + "/".join(parts[:i]) for i in range(1, end)}
