@@ -2,8 +2,10 @@
  * libibshim.so: answers libibverbs' device and query calls from the mock
  * InfiniBand tree, for processes that preload it (see docs/ib.md).
  *
- *   tree.c   reads the mock tree (sysfs files under $MOKKA_MOCKFS_ROOT)
- *   verbs.c  the interposed libibverbs entry points
+ *   tree.c     reads the mock tree (sysfs files under $MOKKA_MOCKFS_ROOT)
+ *   verbs.c    the interposed device entry points (list, open, close) and
+ *              the calls with no data path
+ *   queries.c  the interposed query entry points (device, port, GID, P_Key)
  *
  * The shim is active when MOKKA_MOCKFS_ROOT is an absolute path (the same
  * variable libmockfs.so reads: the directory standing for "/"); otherwise
@@ -61,5 +63,17 @@ int ibshim_parse_gid(const char *text, union ibv_gid *gid);
 int ibshim_scan_devices(struct ibshim_device **out, int max);
 /* Numbered entries in `<ibdev>/<dir>` (ports, gids, pkeys); 0 when none. */
 int ibshim_count_entries(const char *ibdev, const char *dir);
+
+/* The real function of our own name, for the inert case (dlsym(RTLD_NEXT));
+ * NULL with errno ENOSYS when the process has no libibverbs.  Looked up on
+ * each use: only inert processes pay, and only for these rare calls. */
+void *ibshim_real_symbol(const char *name);
+#define REAL(fn) ((__typeof__(&fn))ibshim_real_symbol(#fn))
+
+/* The shim's device behind a context it opened. */
+static inline struct ibshim_device *device_of(struct ibv_context *context)
+{
+    return (struct ibshim_device *)context->device;
+}
 
 #endif

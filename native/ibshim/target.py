@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 #: native build does not need the Python package importable.
 LIBRARY = "libibshim.so"
 
-SOURCES = ("tree.c", "verbs.c")
+SOURCES = ("tree.c", "verbs.c", "queries.c")
 
 FLAGS: tuple[str, ...] = ()
 
