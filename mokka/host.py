@@ -83,6 +83,7 @@ from mokka.manifest import (
 )
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.noderoot import norm as node_norm
+from mokka.recording import absorb_own_writes
 from mokka.recording import current as current_activity
 from mokka.recording import note_looked_at, note_outside, record
 from mokka.recording import unchanged as still_unchanged
@@ -244,9 +245,27 @@ class Host:
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[Activity]:
-        """Record what the calls made in this context ask of the host (``Activity``)."""
+        """Record what the calls made in this context ask of the host (``Activity``).
+
+        A call that returns has its own writes to the paths it looked at
+        absorbed (``recording.absorb_own_writes``).
+        """
         with record() as activity:
             yield activity
+        absorb_own_writes(activity, self.paths)
+
+    def rewrote_in_place(self, owner: str, path: str) -> None:
+        """Note that ``owner``'s call rewrote a file of its converge in place, after it.
+
+        The change notice's counter is bumped in place right after the
+        batch it announces is converged (``gpudriver.notice``); without this,
+        that owner's ``Settled`` record would find its own counter changed
+        and the next repair pass would converge the batch again, once.
+        """
+        with self._lock(owner):
+            settled = self._settled.get(owner)
+            if settled is not None:
+                settled.rewritten(node_norm(path))
 
     def unchanged(self, activity: Activity, cache: ResolveCache | None = None) -> bool:
         """Whether the node is still exactly what ``activity`` found and left.

@@ -76,6 +76,34 @@ def note_outside(path: str | os.PathLike[str]) -> None:
             activity.opaque = f"depends on {path}"
 
 
+def absorb_own_writes(activity: Activity, paths: NodeRoot) -> None:
+    """Record each path the call looked at and then placed itself as the call left it.
+
+    A stage that looks for a file and, finding none, creates it (the kernel
+    log's stand-in, a publication's link, an owner's own manifest) would
+    otherwise find its own write on the next check and be made again, once,
+    for nothing.  Taking such a path's signature at the end of the call is
+    sound because a call over the same input is idempotent: made again on
+    the node it left, it converges the same artifacts.  What anyone else
+    does to the path afterwards is still seen: the owner's ``Settled``
+    record holds it too, with the signature the converge left.
+    """
+    placed: set[str] = set()
+    for left in activity.converged.values():
+        if left is not None:
+            placed.update(real for _artifact, real, _sig in left.files.values())
+            placed.update(left.bookkeeping)
+    if not placed:
+        return
+    for (path, follow_last), found in activity.looked_at.items():
+        try:
+            real = str(paths.resolve(path, follow_last=follow_last))
+        except HostPathError:
+            continue
+        if real in placed and found != UNCOMPARABLE:
+            activity.looked_at[(path, follow_last)] = seen(paths, path, follow_last)
+
+
 def seen(
     paths: NodeRoot, path: str, follow_last: bool, cache: ResolveCache | None = None
 ) -> Seen:

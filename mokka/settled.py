@@ -84,6 +84,15 @@ class Settled:
             and _unchanged(self.sources.items(), os.stat)
         )
 
+    def rewritten(self, path: str) -> None:
+        """Take the signature of placed file ``path`` anew: the converging call itself
+        rewrote it in place after the converge (``Host.rewrote_in_place``)."""
+        entry = self.files.get(path)
+        if entry is not None:
+            artifact, real, _before = entry
+            self.files[path] = (artifact, real, signature(real, os.lstat))
+            object.__setattr__(self, "_sweep", None)
+
 
 #: A looked-at path's recorded state: its signature, or why it has none.
 Seen = Signature | str

@@ -124,6 +124,41 @@ async def test_a_repair_pass_with_nothing_changed_calls_nothing_and_writes_nothi
     assert report.clean, report.failures
 
 
+@pytest.mark.parametrize("profile", ["h100", "gb200"])
+async def test_the_first_repair_pass_makes_no_stage_and_no_apply_again(
+    tmp_path: Path, profile: str
+) -> None:
+    """A call's own writes are part of its record: the kernel log's stand-in, a
+    publication's link and manifest, the change notice bumped after its batch.
+
+    Only a retract is made once more: the specs it found missing were
+    published by its simulator's apply, a later call (it returns at once
+    for the state already applied, and is replayed from then on).
+    """
+    root = tmp_path / "node"
+    root.mkdir()
+    parsed = cli.build_parser().parse_args(
+        ["daemon", "--root", str(root), "--profile", profile, "--node-name", NODE]
+    )
+    simulators = build_simulators(parsed)
+    host = Host(root)
+    state = compile_profile(profile, node_name=NODE)
+    reconciler = Reconciler(host, simulators, supervisor=None, repair_interval=60)
+    assert (await reconciler.reconcile_once(state)).ok
+    made = dict(reconciler.replays.made_per_call)
+    assert ("gpudriver", "stage") in made and ("kernellog", "stage") in made
+
+    result = await reconciler.reconcile_once(state)
+
+    assert result.ok, result.summary()
+    again = {key for key, count in reconciler.replays.made_per_call.items()
+             if count > made.get(key, 0)}
+    assert {what for _name, what in again} <= {"retract"}, sorted(again)
+    report = await teardown(host, simulators, timeout=60)
+    assert report.clean, report.failures
+    assert list(root.iterdir()) == []
+
+
 def _delete_device_node(root: Path) -> None:
     path = root / DRIVER / "dev/nvidia0"
     assert stat.S_ISCHR(os.lstat(path).st_mode) or path.is_file()
@@ -223,6 +258,32 @@ class Reader(FakeSimulator):
         self._record("stage", state)
         data = host.read_bytes("/etc/input") if host.exists("/etc/input") else b"none"
         host.converge(self.name, [File(f"/fake/{self.name}/copy", data)])
+
+
+class Creator(FakeSimulator):
+    """Looks for its marker and creates it when missing (``_ensure_kmsg``'s way)."""
+
+    async def stage(self, host: Host, state) -> None:
+        self._record("stage", state)
+        if not host.exists(f"/fake/{self.name}/marker"):
+            host.converge(self.name, [File(f"/fake/{self.name}/marker", b"")])
+
+
+async def test_a_path_a_call_looked_for_and_then_created_is_recorded_as_it_left_it(
+    autojump_clock, host: Host, node_root: Path
+) -> None:
+    sim = Creator("creator")
+    reconciler = Reconciler(host, [sim])
+    state = make_state(1)
+    await reconciler.reconcile_once(state)
+    await reconciler.reconcile_once(state)
+    assert len(sim.calls("stage")) == 1  # its own write did not make it stale
+    marker = node_root / "fake/creator/marker"
+    marker.write_bytes(b"someone else's")  # anyone else's write still is drift
+    await reconciler.reconcile_once(state)
+    assert len(sim.calls("stage")) == 2
+    await teardown(host, [sim], timeout=10)
+    assert not marker.exists()
 
 
 class Commander(FakeSimulator):

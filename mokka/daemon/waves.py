@@ -70,6 +70,8 @@ class Replays:
     #: (counters for tests and benchmarks: the drift check is observable).
     replayed: int = attrs.field(default=0, init=False)
     made: int = attrs.field(default=0, init=False)
+    #: ``made``, per call.
+    made_per_call: dict[CallKey, int] = attrs.field(factory=dict, init=False)
 
     def candidates(self, keys: Sequence[CallKey], content_hash: str) -> bool:
         """Whether any of ``keys`` has a record of a call over ``content_hash``."""
@@ -97,6 +99,7 @@ class Replays:
         async def run(*args: object) -> None:
             self._calls.pop(key, None)
             self.made += 1
+            self.made_per_call[key] = self.made_per_call.get(key, 0) + 1
             with host.recording() as activity:
                 await fn(*args)
             self._calls[key] = (content_hash, activity)

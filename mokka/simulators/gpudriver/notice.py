@@ -110,4 +110,5 @@ def converge_announced(host: Host, owner: str, artifacts: Iterable[Artifact]) ->
         report = host.converge(owner, [*wanted, counter])
         if report.changed:
             _bump_locked(host)
+            host.rewrote_in_place(owner, layout.CONFIG_GENERATION)
         return report
