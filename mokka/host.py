@@ -83,15 +83,16 @@ from mokka.manifest import (
 )
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.noderoot import norm as node_norm
-from mokka.recording import absorb_own_writes
+from mokka.recording import absorb_own_writes, note_looked_at, note_outside, record
 from mokka.recording import current as current_activity
-from mokka.recording import note_looked_at, note_outside, record
 from mokka.recording import unchanged as still_unchanged
 from mokka.settled import RECORDING, Activity, Settled
 from mokka.statedir import StateDir
 
 if TYPE_CHECKING:
     import subprocess
+
+    from mokka.driftwatch import DriftWatch
 
 #: While a Stage wave may still give way to a newer input, the reconcile
 #: loop puts an event here; once it is set, a converge running in a worker
@@ -180,6 +181,9 @@ class Host:
     paths: NodeRoot = attrs.field(init=False)
     #: What each owner's last successful converge left (see ``Settled``).
     _settled: dict[str, Settled] = attrs.field(factory=dict, init=False)
+    #: Spares the drift check its ``lstat``s while no inotify event says
+    #: anything changed (``watch_for_drift``); ``None``: every check stats.
+    drift_watch: DriftWatch | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.paths = NodeRoot(self.root)
@@ -277,13 +281,33 @@ class Host:
         included; ``cache`` shares the directories met between the calls
         of one sweep).  Blocking: one ``lstat`` per path.
         """
+        watch = self.drift_watch
         return still_unchanged(
             activity,
             paths=self.paths,
             settled=self._settled,
             has_bookkeeping=self.state.has_bookkeeping,
             cache=cache,
+            **({} if watch is None else {"holds": watch.holds}),
         )
+
+    def watch_for_drift(self) -> None:
+        """Let inotify vouch for converged records between repair passes (``mokka.driftwatch``).
+
+        For a long-lived daemon: one inotify descriptor, a watch per directory
+        it placed into.  ``stop_watching_for_drift`` releases them.
+        """
+        # imported here: a one-shot command (``mokka ctl``, ``--once``) has no use for it
+        from mokka.driftwatch import DriftWatch
+
+        if self.drift_watch is None:
+            self.drift_watch = DriftWatch.open()
+
+    def stop_watching_for_drift(self) -> None:
+        """Release the drift watch's descriptor and watches; every check stats again."""
+        watch, self.drift_watch = self.drift_watch, None
+        if watch is not None:
+            watch.close()
 
     # ---- convergence ---------------------------------------------------
 

@@ -140,11 +140,14 @@ def unchanged(
     settled: Mapping[str, Settled],
     has_bookkeeping: Callable[[str], bool],
     cache: ResolveCache | None = None,
+    holds: Callable[[Settled], bool] = lambda left: left.holds(left.wanted),
 ) -> bool:
     """Whether the node is still exactly what ``activity`` found and left (``Host.unchanged``).
 
     ``settled`` is the host's record of each owner's last converge, and
-    ``has_bookkeeping`` tells whether an owner has any under the root.
+    ``has_bookkeeping`` tells whether an owner has any under the root;
+    ``holds`` whether a record still holds (``DriftWatch.holds`` spares the
+    ``lstat``s when no event says anything changed).
     """
     if activity.opaque is not None:
         return False
@@ -152,7 +155,7 @@ def unchanged(
         if left is None:
             if owner in settled or has_bookkeeping(owner):
                 return False
-        elif settled.get(owner) is not left or not left.holds(left.wanted):
+        elif settled.get(owner) is not left or not holds(left):
             return False
     if any(outside_seen(path) != found for path, found in activity.outside.items()):
         return False

@@ -13,6 +13,7 @@ skipped, the repaired snapshot would not match.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -67,18 +68,23 @@ def stat_tree(root: Path) -> dict[str, tuple[int, ...]]:
     return tree
 
 
-async def settled_node(root: Path, *args: str, profile: str = "h100"):
+async def settled_node(root: Path, *args: str, profile: str = "h100", watch: bool = False):
     """A reconciler over every simulator, passed until a pass calls no simulator at all.
 
-    The first pass records every call; a call recorded before a later one
-    changed a directory it placed into (a shared parent) is made once more
-    by the second; from the third on, nothing changed means nothing called.
+    The first pass records every call; a retract whose specs a later call
+    published is made once more by the second (see
+    ``test_the_first_repair_pass_makes_no_stage_and_no_apply_again``); from
+    the third on, nothing changed means nothing called.  ``watch``: with the
+    daemon's drift watch (inotify vouches for the records between passes).
     """
     parsed = cli.build_parser().parse_args(
         ["daemon", "--root", str(root), "--profile", profile, "--node-name", NODE, *args]
     )
     simulators = build_simulators(parsed)
     host = Host(root)
+    if watch:
+        host.watch_for_drift()
+        assert host.drift_watch is not None, "no inotify on this machine"
     topology = None
     if "--topology" in args:
         topology = Path(args[args.index("--topology") + 1])
@@ -92,9 +98,10 @@ async def settled_node(root: Path, *args: str, profile: str = "h100"):
     return host, simulators, state, reconciler
 
 
+@pytest.mark.parametrize("check", ["lstat", "inotify"])
 @pytest.mark.parametrize("scenario", ["h100", "gb200-imex"])
 async def test_a_repair_pass_with_nothing_changed_calls_nothing_and_writes_nothing(
-    tmp_path: Path, scenario: str
+    tmp_path: Path, scenario: str, check: str
 ) -> None:
     root = tmp_path / "node"
     root.mkdir()
@@ -105,23 +112,35 @@ async def test_a_repair_pass_with_nothing_changed_calls_nothing_and_writes_nothi
         topology.write_text(TOPOLOGY)
         profile = "gb200"
         args = ("--topology", str(topology), "--imex", "on", "--imex-channels", "64")
-    host, simulators, state, reconciler = await settled_node(root, *args, profile=profile)
+    host, simulators, state, reconciler = await settled_node(
+        root, *args, profile=profile, watch=check == "inotify")
     before = stat_tree(root)
     made, replayed = reconciler.replays.made, reconciler.replays.replayed
+    if check == "inotify":
+        await reconciler.reconcile_once(state)  # the last pass's own checks vouched
+        checked, trusted = host.drift_watch.checked, host.drift_watch.trusted
 
     result = await reconciler.reconcile_once(state)
+
+    if check == "inotify":
+        # Not one record was checked by lstat: no event said anything changed.
+        assert host.drift_watch.checked == checked
+        assert host.drift_watch.trusted > trusted
 
     assert result.ok, result.summary()
     assert reconciler.replays.made == made
     # Every call of every wave was replayed: one per simulator's stage and
     # per applier (a retractor's retract too).
     retractors = sum(1 for s in simulators if hasattr(s, "retract"))
-    assert reconciler.replays.replayed - replayed == (
+    passes = 2 if check == "inotify" else 1
+    assert reconciler.replays.replayed - replayed == passes * (
         len(result.stage) + len(result.apply) + retractors
     )
     assert stat_tree(root) == before
     report = await teardown(host, simulators, timeout=60)
     assert report.clean, report.failures
+    host.stop_watching_for_drift()
+    assert list(root.iterdir()) == []
 
 
 @pytest.mark.parametrize("profile", ["h100", "gb200"])
@@ -146,7 +165,8 @@ async def test_the_first_repair_pass_makes_no_stage_and_no_apply_again(
     reconciler = Reconciler(host, simulators, supervisor=None, repair_interval=60)
     assert (await reconciler.reconcile_once(state)).ok
     made = dict(reconciler.replays.made_per_call)
-    assert ("gpudriver", "stage") in made and ("kernellog", "stage") in made
+    assert ("gpudriver", "stage") in made
+    assert ("kernellog", "stage") in made
 
     result = await reconciler.reconcile_once(state)
 
@@ -202,6 +222,13 @@ def _remove_a_directory(root: Path) -> None:
             entry.unlink()
 
 
+def _replace_a_directory(root: Path) -> None:
+    # The same name, another directory: what was placed in the old one went with it.
+    directory = root / DRIVER / "proc/driver/nvidia"
+    os.rename(directory, root / "moved-away")
+    directory.mkdir()
+
+
 def _chmod_a_directory(root: Path) -> None:
     # The engine config's directory is asked for with its mode (CDI mounts it whole).
     os.chmod(root / DRIVER / "config", 0o700)
@@ -215,16 +242,22 @@ DRIFTS = {
     "spec overwritten by another tool": (_overwrite_spec, "cri"),
     "link swapped in": (_swap_in_a_link, "ib"),
     "files of a directory removed": (_remove_a_directory, "pcibus"),
+    "directory replaced": (_replace_a_directory, "gpudriver"),
 }
 
 
+@pytest.mark.parametrize("check", ["lstat", "inotify"])
 @pytest.mark.parametrize("drift", sorted(DRIFTS))
 async def test_every_kind_of_drift_is_repaired_by_the_next_repair_pass(
-    tmp_path: Path, drift: str
+    tmp_path: Path, drift: str, check: str
 ) -> None:
     root = tmp_path / "node"
     root.mkdir()
-    host, simulators, state, reconciler = await settled_node(root)
+    host, simulators, state, reconciler = await settled_node(root, watch=check == "inotify")
+    if check == "inotify":
+        trusted = host.drift_watch.trusted
+        await reconciler.reconcile_once(state)
+        assert host.drift_watch.trusted > trusted  # the records are vouched for
     staged = node(root)
     cause, simulator = DRIFTS[drift]
     cause(root)
@@ -235,6 +268,7 @@ async def test_every_kind_of_drift_is_repaired_by_the_next_repair_pass(
 
     assert result.ok, result.summary()
     (root / "elsewhere").unlink(missing_ok=True)  # the link's target, not the node's
+    shutil.rmtree(root / "moved-away", ignore_errors=True)  # likewise
     assert node(root) == staged
     # Only the drifted simulator's calls were made again, not the whole node's.
     assert 1 <= reconciler.replays.made - made <= 3
@@ -246,6 +280,8 @@ async def test_every_kind_of_drift_is_repaired_by_the_next_repair_pass(
     assert reconciler.replays.made - made <= 3
     report = await teardown(host, simulators, timeout=60)
     assert report.clean, report.failures
+    host.stop_watching_for_drift()
+    assert list(root.iterdir()) == []
 
 
 # ---- what a recorded call depends on -----------------------------------------

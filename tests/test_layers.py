@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "mokka.artifacts": 2,
     "mokka.manifest": 2,
     "mokka.convergence": 2,
+    "mokka.driftwatch": 2,
     "mokka.backups": 2,
     "mokka.settled": 2,
     "mokka.fsops": 2,

@@ -264,9 +264,12 @@ async def run_daemon(
         on_root_held=lambda: _reset_overrides(path, host),
         remove_root_on_exit=made_root,
     )
+    # A long-lived daemon's repair passes: inotify vouches for what it placed.
+    host.watch_for_drift()
     try:
         return await runner.run()
     finally:
+        host.stop_watching_for_drift()
         if held is not None and runner.held_root is not None:
             held.taken = runner.held_root.taken
 

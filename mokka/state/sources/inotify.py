@@ -17,6 +17,7 @@ makes the descriptor trio-native.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -164,15 +165,31 @@ class Inotify:
                 raise
             return parse_events(data)
 
+    def read_pending(self) -> list[Event]:
+        """Every event queued now, without waiting (an empty list when there is none)."""
+        events: list[Event] = []
+        while True:
+            try:
+                data = os.read(self._fd, _READ_SIZE)
+            except BlockingIOError:
+                return events
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
+            events.extend(parse_events(data))
+
     def close(self) -> None:
         """Close the descriptor; idempotent.
 
         ``notify_closing`` first: a task waiting in ``read_events`` gets
         ``ClosedResourceError`` instead of waiting on a number the next
-        ``open()`` may reuse.
+        ``open()`` may reuse.  Outside trio (a descriptor only ever read
+        with ``read_pending``) there is no such task to tell.
         """
         if self._fd >= 0:
-            trio.lowlevel.notify_closing(self._fd)
+            with contextlib.suppress(RuntimeError):  # not in trio: nobody waits on it
+                trio.lowlevel.notify_closing(self._fd)
             os.close(self._fd)
             self._fd = -1
 
