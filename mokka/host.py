@@ -251,11 +251,14 @@ class Host:
     def recording(self) -> Iterator[Activity]:
         """Record what the calls made in this context ask of the host (``Activity``).
 
-        A call that returns has its own writes to the paths it looked at
-        absorbed (``recording.absorb_own_writes``).
+        Once the call returned, ``absorb_own_writes`` its activity.
         """
         with record() as activity:
             yield activity
+
+    def absorb_own_writes(self, activity: Activity) -> None:
+        """Record the paths a finished call looked at and then placed itself as it left
+        them (``recording.absorb_own_writes``).  Blocking: an ``lstat`` per such path."""
         absorb_own_writes(activity, self.paths)
 
     def rewrote_in_place(self, owner: str, path: str) -> None:

@@ -60,7 +60,7 @@ class Replays:
 
     #: Runs the blocking check (``holding``): a worker thread.  Tests under
     #: ``autojump_clock`` run it inline, so virtual time cannot skip past it.
-    offload: Callable[[Callable[[], set[CallKey]]], Awaitable[set[CallKey]]] = attrs.field(
+    offload: Callable[[Callable[[], object]], Awaitable[object]] = attrs.field(
         default=trio.to_thread.run_sync
     )
     _calls: dict[CallKey, tuple[str, Activity]] = attrs.field(factory=dict, init=False)
@@ -102,6 +102,8 @@ class Replays:
             self.made_per_call[key] = self.made_per_call.get(key, 0) + 1
             with host.recording() as activity:
                 await fn(*args)
+            if activity.looked_at and any(activity.converged.values()):
+                await self.offload(functools.partial(host.absorb_own_writes, activity))
             self._calls[key] = (content_hash, activity)
 
         return run
@@ -114,9 +116,10 @@ async def _held(
     path); no hop at all when no key has a record of this very input."""
     if replays is None or not replays.candidates(keys, state.content_hash):
         return set()
-    return await replays.offload(
+    held = await replays.offload(
         functools.partial(replays.holding, host, keys, state.content_hash)
     )
+    return held  # type: ignore[return-value]  # what ``holding`` returns
 
 
 def _replayed(wave: str, sim: Simulator, replays: Replays) -> SimulatorOutcome:
