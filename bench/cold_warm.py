@@ -8,7 +8,11 @@ For each scenario, every round on a fresh scratch root:
   empty root (what a node's first start costs, interpreter start included);
   floor: ``tar -x`` of the very tree it wrote, into an empty directory (the
   archive is made once per scenario, so the floor extracts the same paths,
-  bytes, links and device nodes);
+  bytes, links and device nodes); beside it, the **stack floor**: a
+  ``python -c "import trio, attrs, yaml"`` process (this interpreter
+  starting and importing the libraries every pass needs, no code of
+  ours), which shows how much of the cold figure no change to the daemon
+  can remove;
 * **warm**: the in-process repair pass (``Reconciler.reconcile_once`` of the
   same state on the converged root: what the periodic resync does when
   nothing changed), the median of passes 2..N of a fresh simulator set (the
@@ -158,7 +162,7 @@ async def warm_passes(root: Path, args: list[str], profile: str, topology: Path 
 def run_scenario(name: str, rounds: int, passes: int, scratch_dir: str | None) -> None:
     profile, with_topology = SCENARIOS[name]
     figures: dict[str, list[float]] = {k: [] for k in (
-        "cold", "tar -x", "restart", "warm", "tar -c", "tar -c cpu", "drift check",
+        "cold", "stack", "tar -x", "restart", "warm", "tar -c", "tar -c cpu", "drift check",
         "drift check, inotify", "teardown")}
     paths = 0
     with tempfile.TemporaryDirectory(prefix="mokka-bench-cold-", dir=scratch_dir) as tmp:
@@ -173,6 +177,9 @@ def run_scenario(name: str, rounds: int, passes: int, scratch_dir: str | None) -
             root.mkdir()
             args = daemon_args(root, profile, topology)
             figures["cold"].append(cold_once(root, args))
+            figures["stack"].append(nodes.timed_process(
+                [sys.executable, "-c", "import trio, attrs, yaml"], timeout=60,
+                env=nodes.env())[0])
             if not archive.exists():
                 subprocess.run(["tar", "-c", "--numeric-owner", "-f", str(archive),
                                 "-C", str(root), "."], check=True, timeout=600)
@@ -197,6 +204,8 @@ def run_scenario(name: str, rounds: int, passes: int, scratch_dir: str | None) -
     print(f"{name}: {paths:,} paths, {rounds} round(s), {passes} in-process passes each")
     report(bench, f"{name} cold --once process", ms["cold"], "ms",
            floor=ms["tar -x"], floor_name="tar -x", goal="<= 3x floor")
+    report(bench, f"{name} stack floor: python -c 'import trio, attrs, yaml'", ms["stack"],
+           "ms", floor=ms["tar -x"], floor_name="tar -x")
     report(bench, f"{name} first pass of a restarted daemon", ms["restart"], "ms",
            floor=ms["tar -c"], floor_name="tar -c")
     if "warm" in ms:

@@ -19,12 +19,23 @@ the built-in h100, as a DaemonSet's pods read one ConfigMap).  Reported:
 * **stop**: SIGTERM to all at once until every process exited; a daemon is
   in budget when it exited 0 within ``--shutdown-timeout`` and its logged
   teardown reported no failure, and its root is empty.
+
+inotify descriptors are counted per user (``fs.inotify.max_user_instances``,
+128 by default) and each daemon holds up to four (its input files, the
+fabric manager's marker, the kubelet's socket, the drift watch): past about
+32 daemons of one user on one machine, the later ones run without some and
+fall back to polling (a 2 s tick for the fabric manager's marker), which
+is most of such a fleet's idle load.  The figures print the machine's
+limit and how many descriptors the fleet holds; ``--inotify-instances N``
+raises the limit for the run (restored afterwards), as a node would need
+to run that many agents as one user (docs/operations.md, "inotify").
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.resources
+import os
 import statistics
 import sys
 import tempfile
@@ -56,7 +67,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shutdown-timeout", type=float, default=25.0,
                         help="each daemon's teardown budget (its own flag)")
     parser.add_argument("--ready-timeout", type=float, default=1800.0)
+    parser.add_argument("--inotify-instances", type=int, metavar="N",
+                        help="set fs.inotify.max_user_instances to N for the run (root)")
     args = parser.parse_args(argv)
+    limit = INSTANCES.read_text().strip()
+    if args.inotify_instances:
+        INSTANCES.write_text(str(args.inotify_instances))
+    try:
+        run(args)
+    finally:
+        INSTANCES.write_text(limit)
+
+
+#: The per-user inotify descriptor limit.
+INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def inotify_descriptors(pid: int) -> int:
+    """How many inotify descriptors process ``pid`` holds."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd) == "anon_inode:inotify"
+        except OSError:
+            continue
+    return count
+
+
+def run(args: argparse.Namespace) -> None:
     n = args.daemons
     eight = (importlib.resources.files("mokka.state") / "profiles" / "h100.yaml").read_text()
     with tempfile.TemporaryDirectory(prefix="mokka-bench-fleet-") as tmp:
@@ -92,6 +130,10 @@ def main(argv: list[str] | None = None) -> None:
             c0 = sum(nodes.cpu_seconds(d.pid) for d in daemons)
             time.sleep(args.idle)
             c1 = sum(nodes.cpu_seconds(d.pid) for d in daemons)
+            held = [inotify_descriptors(d.pid) for d in daemons]
+            print(f"  inotify descriptors: {sum(held)} held by the fleet, at most {max(held)} "
+                  f"per daemon, {held.count(0)} daemon(s) with none; per-user limit "
+                  f"{INSTANCES.read_text().strip()}")
             after = f", {args.settle:g} s after all ready" if args.settle else ""
             report(BENCH, f"idle load over {args.idle:g} s{after} (% of one core)",
                    100 * (c1 - c0) / args.idle, "%", goal="<= 5 %")

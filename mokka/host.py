@@ -184,6 +184,8 @@ class Host:
     #: Spares the drift check its ``lstat``s while no inotify event says
     #: anything changed (``watch_for_drift``); ``None``: every check stats.
     drift_watch: DriftWatch | None = attrs.field(default=None, init=False)
+    _drift_watch_wanted: bool = attrs.field(default=False, init=False)
+    _drift_watch_guard: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.paths = NodeRoot(self.root)
@@ -284,7 +286,7 @@ class Host:
         included; ``cache`` shares the directories met between the calls
         of one sweep).  Blocking: one ``lstat`` per path.
         """
-        watch = self.drift_watch
+        watch = self._opened_drift_watch()
         return still_unchanged(
             activity,
             paths=self.paths,
@@ -298,17 +300,34 @@ class Host:
         """Let inotify vouch for converged records between repair passes (``mokka.driftwatch``).
 
         For a long-lived daemon: one inotify descriptor, a watch per directory
-        it placed into.  ``stop_watching_for_drift`` releases them.
+        it placed into, opened at the first drift check.  Not before: inotify
+        descriptors are counted per user (``fs.inotify.max_user_instances``,
+        128 by default), and where they run short, the file source, the
+        fabric manager and the workload simulator, which would fall back to
+        polling on timers, must have theirs first; the drift watch falls
+        back to ``lstat``s at each resync, which costs no timer at all.
+        ``stop_watching_for_drift`` releases it.
         """
-        # imported here: a one-shot command (``mokka ctl``, ``--once``) has no use for it
-        from mokka.driftwatch import DriftWatch
+        self._drift_watch_wanted = True
 
-        if self.drift_watch is None:
-            self.drift_watch = DriftWatch.open()
+    def _opened_drift_watch(self) -> DriftWatch | None:
+        if not self._drift_watch_wanted:
+            return None
+        with self._drift_watch_guard:
+            if self.drift_watch is None:
+                # imported here: a one-shot command (``mokka ctl``, ``--once``) has no use for it
+                from mokka.driftwatch import DriftWatch
+
+                self.drift_watch = DriftWatch.open()
+                if self.drift_watch is None:
+                    self._drift_watch_wanted = False  # no inotify: lstat, and no more tries
+            return self.drift_watch
 
     def stop_watching_for_drift(self) -> None:
         """Release the drift watch's descriptor and watches; every check stats again."""
-        watch, self.drift_watch = self.drift_watch, None
+        with self._drift_watch_guard:
+            self._drift_watch_wanted = False
+            watch, self.drift_watch = self.drift_watch, None
         if watch is not None:
             watch.close()
 

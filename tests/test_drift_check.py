@@ -84,7 +84,6 @@ async def settled_node(root: Path, *args: str, profile: str = "h100", watch: boo
     host = Host(root)
     if watch:
         host.watch_for_drift()
-        assert host.drift_watch is not None, "no inotify on this machine"
     topology = None
     if "--topology" in args:
         topology = Path(args[args.index("--topology") + 1])
@@ -95,6 +94,8 @@ async def settled_node(root: Path, *args: str, profile: str = "h100", watch: boo
         result = await reconciler.reconcile_once(state)
         assert result.ok, result.summary()
     assert reconciler.replays.made == made, "the third pass over the same state called a simulator"
+    if watch:
+        assert host.drift_watch is not None, "no inotify on this machine"
     return host, simulators, state, reconciler
 
 

@@ -284,12 +284,48 @@ def test_a_record_with_a_directory_that_could_not_be_watched_is_always_checked(
     host.discard(OWNER)
 
 
-def test_the_daemon_host_opens_and_releases_one_descriptor(host: Host) -> None:
+def test_the_daemon_host_opens_one_descriptor_at_the_first_drift_check_and_releases_it(
+    host: Host,
+) -> None:
+    # Not at start: where inotify descriptors run short, the watchers that
+    # would fall back to polling on timers must have theirs first.
+    with host.recording() as activity:
+        host.converge(OWNER, ARTIFACTS)
     before = set(os.listdir("/proc/self/fd"))
     host.watch_for_drift()
-    assert host.drift_watch is not None
     host.watch_for_drift()  # idempotent
+    assert host.drift_watch is None
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert host.unchanged(activity)
+    assert host.unchanged(activity)
+    assert host.drift_watch is not None
+    assert host.drift_watch.checked == 1
+    assert host.drift_watch.trusted == 1
     assert len(set(os.listdir("/proc/self/fd")) - before) == 1
     host.stop_watching_for_drift()
     assert host.drift_watch is None
-    assert set(os.listdir("/proc/self/fd")) - before == set()
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert host.unchanged(activity)  # by lstat again
+    assert host.drift_watch is None
+    host.discard(OWNER)
+
+
+def test_without_inotify_the_drift_check_stats_and_stops_trying(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tries = []
+
+    def no_inotify() -> Inotify:
+        tries.append(1)
+        raise OSError(errno.EMFILE, "inotify_init1: Too many open files")
+
+    monkeypatch.setattr(Inotify, "open", no_inotify)
+    with host.recording() as activity:
+        host.converge(OWNER, ARTIFACTS)
+    host.watch_for_drift()
+    assert host.unchanged(activity)
+    (host.root / "srv/data/config.yaml").write_bytes(b"changed")
+    assert not host.unchanged(activity)  # seen by lstat
+    assert host.drift_watch is None
+    assert len(tries) == 1
+    host.discard(OWNER)

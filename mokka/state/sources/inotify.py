@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import functools
 import os
@@ -84,10 +83,12 @@ class Event:
 def _libc() -> ctypes.CDLL:
     """libc with the inotify prototypes declared; ``use_errno`` so failures can say why.
 
-    Loaded once per process: finding it (``ctypes.util.find_library``) may
-    run a helper program, and several watchers open descriptors.
+    The process's own symbols (``CDLL(None)``), where libc already is:
+    looking libc up by name (``ctypes.util.find_library``) runs
+    ``ldconfig``, a process per daemon start.  Once per process: several
+    watchers open descriptors.
     """
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.inotify_init1.argtypes = [ctypes.c_int]
     libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
