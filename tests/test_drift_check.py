@@ -297,6 +297,15 @@ class Reader(FakeSimulator):
         host.converge(self.name, [File(f"/fake/{self.name}/copy", data)])
 
 
+async def passed_twice(host: Host, sim: FakeSimulator):
+    """A reconciler over ``sim`` alone, and the state it has passed over twice."""
+    reconciler = Reconciler(host, [sim])
+    state = make_state(1)
+    await reconciler.reconcile_once(state)
+    await reconciler.reconcile_once(state)
+    return reconciler, state
+
+
 class Creator(FakeSimulator):
     """Looks for its marker and creates it when missing (``_ensure_kmsg``'s way)."""
 
@@ -310,10 +319,7 @@ async def test_a_path_a_call_looked_for_and_then_created_is_recorded_as_it_left_
     autojump_clock, host: Host, node_root: Path
 ) -> None:
     sim = Creator("creator")
-    reconciler = Reconciler(host, [sim])
-    state = make_state(1)
-    await reconciler.reconcile_once(state)
-    await reconciler.reconcile_once(state)
+    reconciler, state = await passed_twice(host, sim)
     assert len(sim.calls("stage")) == 1  # its own write did not make it stale
     marker = node_root / "fake/creator/marker"
     marker.write_bytes(b"someone else's")  # anyone else's write still is drift
@@ -371,10 +377,7 @@ async def test_a_file_a_call_read_is_part_of_what_it_is_replayed_on(
     autojump_clock, host: Host, node_root: Path
 ) -> None:
     sim = Reader("reader")
-    reconciler = Reconciler(host, [sim])
-    state = make_state(1)
-    await reconciler.reconcile_once(state)
-    await reconciler.reconcile_once(state)
+    reconciler, state = await passed_twice(host, sim)
     assert len(sim.calls("stage")) == 1  # replayed: nothing it read or placed changed
     (node_root / "etc").mkdir()
     (node_root / "etc/input").write_bytes(b"new input")  # appears: the call's input changed
@@ -491,10 +494,7 @@ async def test_trio_threads_carry_the_recording(autojump_clock, host: Host) -> N
             )
 
     sim = Threaded("threaded")
-    reconciler = Reconciler(host, [sim])
-    state = make_state(1)
-    await reconciler.reconcile_once(state)
-    await reconciler.reconcile_once(state)
+    reconciler, state = await passed_twice(host, sim)
     assert len(sim.calls("stage")) == 1
     (host.root / "fake/threaded/x").unlink()
     await reconciler.reconcile_once(state)
