@@ -50,13 +50,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import errno
 import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -69,13 +68,14 @@ from mokka.artifacts import (
     File,
     Symlink,
 )
+from mokka.commands import CommandRunner, SubprocessRunner
 from mokka.errors import (
-    CommandError,
     HostFaultError,
     HostPathError,
     MokkaError,
     PassSuperseded,
 )
+from mokka.faults import EXPECTED_FAULTS, as_fault
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.manifest import (
     TMP_SUFFIX,
@@ -120,42 +120,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------
-# Host commands
-# --------------------------------------------------------------------------
-
-
-class CommandRunner(Protocol):
-    """Runs a host command (systemctl, nvidia-ctk); injectable so tests record calls."""
-
-    def run(
-        self, argv: Sequence[str], *, timeout: float = 60.0, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]: ...
-
-
-@attrs.frozen
-class SubprocessRunner:
-    """The real runner: a subprocess with captured text output."""
-
-    def run(
-        self, argv: Sequence[str], *, timeout: float = 60.0, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """Run ``argv``; a non-zero exit is returned (callers decide), a failure to run raises.
-
-        ``CommandError`` only when the command could not run at all (missing
-        binary, timeout): the caller's readiness reason then says which.
-        """
-        # imported here: a ``Host`` that runs no command (``mokka ctl``) need not load it
-        import subprocess
-
-        try:
-            return subprocess.run(
-                list(argv), capture_output=True, text=True, timeout=timeout, env=env, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CommandError(f"{argv[0]}: {exc}") from exc
 
 
 # --------------------------------------------------------------------------
@@ -437,7 +401,7 @@ class Host:
             try:
                 manifest.compact()
             except OSError as exc:
-                if exc.errno not in _EXPECTED_FAULTS:
+                if exc.errno not in EXPECTED_FAULTS:
                     raise
                 # The work is done and the journal records it all.
                 logger.warning(
@@ -459,18 +423,8 @@ class Host:
             return str(path)
 
     def _fault(self, owner: str, exc: OSError) -> HostFaultError | None:
-        """An expected fault as one line (which path, what, what it means); ``None``: a bug."""
-        gone = exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.isdir(self.root)
-        if exc.errno not in _EXPECTED_FAULTS and not gone:
-            return None
-        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-        if gone:
-            meaning = f"the node root {self.root} is gone"
-        else:
-            meaning = _EXPECTED_FAULTS[exc.errno].format(uid=os.geteuid())
-        return HostFaultError(
-            f"{owner}: {self._node_path(exc.filename)}: {exc.strerror} ({code}): {meaning}"
-        )
+        """An expected fault as one line (``faults.as_fault``); ``None``: a bug."""
+        return as_fault(self.root, owner, exc, self._node_path(exc.filename))
 
     def discard(self, owner: str) -> ConvergeReport:
         """Remove everything ``owner`` created (also by an earlier process); restore backups."""
@@ -517,15 +471,6 @@ class Host:
             raise HostPathError("; ".join(failures))
         return ConvergeReport(removed=tuple(removed))
 
-
-#: Faults a node root can be expected to have, and what each means for the operator.
-_EXPECTED_FAULTS: dict[int, str] = {
-    errno.ENOSPC: "the filesystem holding the node root is full",
-    errno.EDQUOT: "the disk quota of the node root is used up",
-    errno.EROFS: "the node root is on a read-only filesystem",
-    errno.EACCES: "the daemon (uid {uid}) may not write there",
-    errno.EPERM: "the daemon (uid {uid}) may not change that",
-}
 
 
 def _bookkeeping_owner(path: str) -> str:

@@ -1,0 +1,38 @@
+"""What a node root's expected faults mean for the operator, as one line.
+
+A full disk, a read-only filesystem, a quota or a permission refused are
+faults of the node, not bugs: ``Host`` turns each into one
+``HostFaultError`` line naming the owner, the path, the error and what it
+means (logged, and shown in ``/readyz``), instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from mokka.errors import HostFaultError
+
+#: Faults a node root can be expected to have, and what each means for the operator.
+EXPECTED_FAULTS: dict[int, str] = {
+    errno.ENOSPC: "the filesystem holding the node root is full",
+    errno.EDQUOT: "the disk quota of the node root is used up",
+    errno.EROFS: "the node root is on a read-only filesystem",
+    errno.EACCES: "the daemon (uid {uid}) may not write there",
+    errno.EPERM: "the daemon (uid {uid}) may not change that",
+}
+
+
+def as_fault(root: Path, owner: str, exc: OSError, node_path: str) -> HostFaultError | None:
+    """``exc`` met converging ``owner`` at ``node_path`` as one line (which path, what,
+    what it means); ``None`` when it is no expected fault (a bug: keep its traceback)."""
+    gone = exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.isdir(root)
+    if exc.errno not in EXPECTED_FAULTS and not gone:
+        return None
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    if gone:
+        meaning = f"the node root {root} is gone"
+    else:
+        meaning = EXPECTED_FAULTS[exc.errno].format(uid=os.geteuid())
+    return HostFaultError(f"{owner}: {node_path}: {exc.strerror} ({code}): {meaning}")
