@@ -21,14 +21,14 @@ the built-in h100, as a DaemonSet's pods read one ConfigMap).  Reported:
   teardown reported no failure, and its root is empty.
 
 inotify descriptors are counted per user (``fs.inotify.max_user_instances``,
-128 by default) and each daemon holds up to four (its input files, the
-fabric manager's marker, the kubelet's socket, the drift watch): past about
-32 daemons of one user on one machine, the later ones run without some and
-fall back to polling (a 2 s tick for the fabric manager's marker), which
-is most of such a fleet's idle load.  The figures print the machine's
-limit and how many descriptors the fleet holds; ``--inotify-instances N``
-raises the limit for the run (restored afterwards), as a node would need
-to run that many agents as one user (docs/operations.md, "inotify").
+128 by default).  A daemon holds one, shared by all its watchers (its input
+files, the fabric manager's marker, the kubelet's socket, the drift watch);
+one that gets none falls back to polling (a 2 s tick for the fabric
+manager's marker), which would be most of an idle fleet's load.  The
+figures print the machine's limit and how many descriptors the fleet
+holds; ``--inotify-instances N`` sets the limit for the run (restored
+afterwards), e.g. to see a fleet larger than the default allows
+(docs/operations.md, "inotify").
 """
 
 from __future__ import annotations

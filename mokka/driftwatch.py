@@ -51,6 +51,7 @@ from mokka.state.sources.inotify import (
     IN_Q_OVERFLOW,
     Inotify,
 )
+from mokka.state.sources.shared_inotify import View, open_shared
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,9 @@ class DriftWatch:
     check runs in worker threads); ``close()`` releases the descriptor.
     """
 
-    def __init__(self, inotify: Inotify, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, inotify: Inotify | View, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._inotify = inotify
         self._clock = clock
         self._lock = threading.Lock()
@@ -119,7 +122,7 @@ class DriftWatch:
     def open(cls) -> DriftWatch | None:
         """A new watch, or ``None`` where inotify is not available (every check by ``lstat``)."""
         try:
-            return cls(Inotify.open())
+            return cls(open_shared())
         except OSError as exc:
             logger.info("no inotify for the drift check (%s): every repair pass stats "
                         "each placed path", exc)

@@ -263,14 +263,10 @@ class Host:
     def watch_for_drift(self) -> None:
         """Let inotify vouch for converged records between repair passes (``mokka.driftwatch``).
 
-        For a long-lived daemon: one inotify descriptor, a watch per directory
-        it placed into, opened at the first drift check.  Not before: inotify
-        descriptors are counted per user (``fs.inotify.max_user_instances``,
-        128 by default), and where they run short, the file source, the
-        fabric manager and the workload simulator, which would fall back to
-        polling on timers, must have theirs first; the drift watch falls
-        back to ``lstat``s at each resync, which costs no timer at all.
-        ``stop_watching_for_drift`` releases it.
+        For a long-lived daemon: a view of the process's inotify descriptor
+        (``shared_inotify``) with a watch per directory it placed into, taken
+        at the first drift check (a daemon stopped before its first resync
+        never watches).  ``stop_watching_for_drift`` releases it.
         """
         self._drift_watch_wanted = True
 

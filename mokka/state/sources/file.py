@@ -63,6 +63,7 @@ from mokka.state.profile import is_builtin
 from mokka.state.reader import excerpt
 from mokka.state.sources.base import SourceUpdate
 from mokka.state.sources.inotify import Inotify
+from mokka.state.sources.shared_inotify import View, open_shared
 from mokka.state.sources.watch import WatchSet, watch_plan
 
 __all__ = ["FileSource", "FileSourceStatistics", "watch_plan"]
@@ -134,7 +135,7 @@ class FileSource:
     #: its signature (``RACY_NS``; tests of the unchanged re-read set 0)
     racy_ns: int = RACY_NS
     #: opens the inotify descriptor (tests substitute one that fails)
-    open_inotify: Callable[[], Inotify] = Inotify.open
+    open_inotify: Callable[[], Inotify | View] = open_shared
     #: runs the blocking re-read; a worker thread by default (tests under
     #: ``autojump_clock`` run it inline so virtual time cannot skip past it)
     offload: Callable[[Callable[[], Any]], Awaitable[Any]] = _to_thread

@@ -122,6 +122,10 @@ class Inotify:
         self._fd = fd
         self._libc = libc
 
+    def fileno(self) -> int:
+        """The descriptor (-1 once closed)."""
+        return self._fd
+
     @classmethod
     def open(cls) -> Inotify:
         """Raises ``OSError`` when inotify is unavailable (ENOSYS, EMFILE, a seccomp filter)."""

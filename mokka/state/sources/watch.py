@@ -24,6 +24,7 @@ from mokka.state.sources.inotify import (
     Event,
     Inotify,
 )
+from mokka.state.sources.shared_inotify import View, open_shared
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class WatchSet:
     mean one of the paths changed; ``changed`` waits for such an event.
     """
 
-    def __init__(self, inotify: Inotify) -> None:
+    def __init__(self, inotify: Inotify | View) -> None:
         self.inotify = inotify
         #: watch descriptor -> (directory, the names in it that matter)
         self.watches: dict[int, tuple[str, frozenset[str]]] = {}
@@ -106,9 +107,10 @@ class WatchSet:
 
     @classmethod
     def open(cls) -> WatchSet | None:
-        """A watch set on a fresh descriptor; ``None`` when inotify is unavailable."""
+        """A watch set on a view of the process's descriptor (``shared_inotify``);
+        ``None`` when inotify is unavailable."""
         try:
-            return cls(Inotify.open())
+            return cls(open_shared())
         except OSError as exc:
             logger.debug("inotify unavailable: %s", exc)
             return None
