@@ -163,7 +163,13 @@ def start(root: Path, name: str, *extra: str, work: Path | None = None,
 
 
 def wait_ready(daemons: list[Daemon], timeout: float, poll: float = 0.1) -> dict[str, float]:
-    """Seconds from each daemon's start until its ``/readyz`` answered 200."""
+    """Seconds from each daemon's start until its ``/readyz`` answered 200.
+
+    A daemon is asked only once its log shows a good pass, before which it
+    cannot be ready: each answer costs it about 0.65 ms of CPU, and asking
+    a starting fleet of 100 every 0.25 s from the start took some 5 s of
+    CPU from the very start being measured (and as much again here).
+    """
     ready: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     while len(ready) < len(daemons):
@@ -171,6 +177,8 @@ def wait_ready(daemons: list[Daemon], timeout: float, poll: float = 0.1) -> dict
             if daemon.name in ready:
                 continue
             daemon.check_alive()
+            if not PASS_OK.search(daemon.log_text()):
+                continue
             answer = daemon.get("/readyz", timeout=10)
             if answer and answer[0] == 200:
                 ready[daemon.name] = time.time() - daemon.started

@@ -122,7 +122,7 @@ class DriftWatch:
     def open(cls) -> DriftWatch | None:
         """A new watch, or ``None`` where inotify is not available (every check by ``lstat``)."""
         try:
-            return cls(open_shared())
+            return cls(open_shared(coalescing=True))
         except OSError as exc:
             logger.info("no inotify for the drift check (%s): every repair pass stats "
                         "each placed path", exc)
@@ -199,22 +199,22 @@ class DriftWatch:
             self._directory_of.get(wd, set()).discard(directory)
 
     def _drain(self) -> None:
-        """Read every queued event and mark the directories it names changed."""
-        events = self._inotify.read_pending()
+        """Read which watches saw events and mark their directories changed."""
+        changes = self._inotify.read_changes()
         self._stamp += 1
-        if not events:
+        if not changes:
             return
         self._last_change = self._stamp
-        for event in events:
-            if event.mask & IN_Q_OVERFLOW:
+        for wd, mask in changes.items():
+            if mask & IN_Q_OVERFLOW:
                 # Events were lost: no record can be trusted on their absence.
                 self._vouched.clear()
                 continue
-            directories = self._directory_of.get(event.wd, ())
+            directories = self._directory_of.get(wd, ())
             for directory in directories:
                 self._changed[directory] = self._stamp
-            if event.mask & IN_IGNORED:
+            if mask & IN_IGNORED:
                 # The kernel dropped the watch (directory removed, filesystem
                 # unmounted): its directories are unwatched from now on.
-                for directory in self._directory_of.pop(event.wd, ()):
+                for directory in self._directory_of.pop(wd, ()):
                     self._watch_of.pop(directory, None)

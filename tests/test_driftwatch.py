@@ -21,7 +21,7 @@ from mokka import driftwatch
 from mokka.driftwatch import DriftWatch, watched_directories
 from mokka.host import Directory, File, Host, Symlink
 from mokka.settled import Settled
-from mokka.state.sources.inotify import IN_IGNORED, IN_Q_OVERFLOW, Event, Inotify
+from mokka.state.sources.inotify import IN_IGNORED, IN_Q_OVERFLOW, Event, Inotify, coalesced
 
 OWNER = "watched"
 ARTIFACTS = [
@@ -238,9 +238,9 @@ class FakeInotify:
             raise OSError(errno.ENOSPC, "inotify_add_watch: no space left on device")
         return self.watches.setdefault(directory, len(self.watches) + 1)
 
-    def read_pending(self) -> list[Event]:
+    def read_changes(self) -> dict[int, int]:
         events, self.queued = self.queued, []
-        return events
+        return coalesced(events)
 
     def close(self) -> None:
         pass

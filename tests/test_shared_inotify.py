@@ -169,17 +169,35 @@ def test_the_descriptor_reopens_for_a_new_run_after_the_last_view_closed(dirs) -
     assert inotify_descriptors() == before
 
 
+def test_a_coalescing_view_keeps_one_entry_per_watch_however_many_events(dirs) -> None:
+    one, two = dirs
+    with open_shared(coalescing=True) as drift, open_shared() as other:
+        wd = drift.add_watch(str(one))
+        other.add_watch(str(two))
+        for n in range(500):
+            (one / f"f{n}").write_bytes(b"x")
+        (two / "elsewhere").write_bytes(b"")
+        changes = drift.read_changes()
+        assert list(changes) == [wd]
+        assert changes[wd] & IN_CREATE
+        assert changes[wd] & IN_CLOSE_WRITE
+        assert drift.read_changes() == {}  # taken
+        assert {e.name for e in other.read_pending()} == {"elsewhere"}
+
+
 def test_an_overflowed_queue_is_told_to_every_view(dirs) -> None:
     one, two = dirs
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-    with open_shared() as busy, open_shared() as quiet:
+    with open_shared() as busy, open_shared() as quiet, open_shared(coalescing=True) as drift:
         busy.add_watch(str(one))
         quiet.add_watch(str(two))  # nothing happens there; events were still lost
+        drift.add_watch(str(two))
         for n in range(limit // 2 + 100):  # a create and a close-write each
             (one / f"f{n}").touch()
         busy_events = busy.read_pending()
         assert any(e.mask & IN_Q_OVERFLOW for e in busy_events)
         assert [e.mask for e in quiet.read_pending()] == [IN_Q_OVERFLOW]
+        assert drift.read_changes() == {-1: IN_Q_OVERFLOW}
 
 
 async def test_a_daemon_holds_one_inotify_descriptor(node_root: Path, tmp_path: Path) -> None:

@@ -110,6 +110,19 @@ def parse_events(data: bytes) -> list[Event]:
     return events
 
 
+def coalesced(events: list[Event], into: dict[int, int] | None = None) -> dict[int, int]:
+    """``events`` as watch descriptor -> the union of their masks (``into``, updated).
+
+    For a reader that only asks which watches saw anything (the drift
+    watch): bounded by the number of watches, however many events.  An
+    overflow is under its own descriptor, -1.
+    """
+    changes = {} if into is None else into
+    for event in events:
+        changes[event.wd] = changes.get(event.wd, 0) | event.mask
+    return changes
+
+
 class Inotify:
     """One inotify descriptor; ``close()`` it (or use ``with``) when done.
 
@@ -169,6 +182,10 @@ class Inotify:
                     continue
                 raise
             return parse_events(data)
+
+    def read_changes(self) -> dict[int, int]:
+        """The events queued now, without waiting, as ``coalesced``."""
+        return coalesced(self.read_pending())
 
     def read_pending(self) -> list[Event]:
         """Every event queued now, without waiting (an empty list when there is none)."""

@@ -19,6 +19,9 @@ interface of ``Inotify``:
   one trio system task per run waits on the descriptor for all of them;
   ``read_pending`` (the drift watch, from worker threads) reads whatever is
   queued without waiting, and wakes any view it brought events for.
+* A ``coalescing`` view (the drift watch, which reads only at each resync)
+  keeps which of its watches saw anything (``read_changes``), not every
+  event: bounded by its watches, however busy the node is in between.
 * The descriptor is opened with the first view and closed with the last.
 """
 
@@ -30,7 +33,14 @@ from collections import deque
 
 import trio
 
-from mokka.state.sources.inotify import DIR_MASK, IN_IGNORED, IN_Q_OVERFLOW, Event, Inotify
+from mokka.state.sources.inotify import (
+    DIR_MASK,
+    IN_IGNORED,
+    IN_Q_OVERFLOW,
+    Event,
+    Inotify,
+    coalesced,
+)
 
 #: ``IN_MASK_ADD``: add to the watch's mask instead of replacing it.
 IN_MASK_ADD = 0x20000000
@@ -39,9 +49,11 @@ IN_MASK_ADD = 0x20000000
 class View:
     """One watcher's share of the process's descriptor (the interface of ``Inotify``)."""
 
-    def __init__(self, hub: _Hub) -> None:
+    def __init__(self, hub: _Hub, coalescing: bool = False) -> None:
         self._hub = hub
         self._queue: deque[Event] = deque()
+        #: A coalescing view's watches that saw events, with their masks' union.
+        self._changes: dict[int, int] | None = {} if coalescing else None
         #: The waiting task's run and its event, while one waits in ``read_events``.
         self._waiter: tuple[trio.lowlevel.TrioToken, trio.Event] | None = None
         self._closed = False
@@ -58,6 +70,11 @@ class View:
         """This view's events queued now, without waiting."""
         self._hub.pump()
         return self._take()
+
+    def read_changes(self) -> dict[int, int]:
+        """Which of this view's watches saw events since the last read (``coalesced``)."""
+        self._hub.pump()
+        return self._hub.take_changes(self) or coalesced(self._take())
 
     async def read_events(self) -> list[Event]:
         """Wait until this view has events, then return all of them."""
@@ -124,11 +141,11 @@ class _Hub:
         #: it reads (a closed one's reader may still be on its way out).
         self._reader: tuple[trio.lowlevel.TrioToken, Inotify] | None = None
 
-    def attach(self) -> View:
+    def attach(self, coalescing: bool) -> View:
         with self._lock:
             if self._inotify is None:
                 self._inotify = Inotify.open()  # OSError: the caller's fallback
-            view = View(self)
+            view = View(self, coalescing)
             self._views.add(view)
             return view
 
@@ -166,12 +183,24 @@ class _Hub:
                 else:
                     views = self._holders.get(event.wd, set())
                 for view in views:
-                    view._queue.append(event)
-                woken |= views
+                    if view._changes is None:
+                        view._queue.append(event)
+                        woken.add(view)
+                    else:
+                        view._changes[event.wd] = view._changes.get(event.wd, 0) | event.mask
                 if event.mask & IN_IGNORED:
                     self._holders.pop(event.wd, None)  # the kernel dropped the watch
         for view in woken:
             view._wake()
+
+    def take_changes(self, view: View) -> dict[int, int]:
+        """A coalescing view's changes, emptied (under the lock the pump fills them under)."""
+        with self._lock:
+            changes = view._changes
+            if not changes:
+                return {}
+            view._changes = {}
+            return changes
 
     def ensure_reader(self) -> None:
         """A system task of the current run waits on the descriptor for every view."""
@@ -228,6 +257,6 @@ class _Hub:
 _hub = _Hub()
 
 
-def open_shared() -> View:
+def open_shared(*, coalescing: bool = False) -> View:
     """A view of the process's inotify descriptor; ``OSError`` when there is none to be had."""
-    return _hub.attach()
+    return _hub.attach(coalescing)
