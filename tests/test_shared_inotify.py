@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,18 @@ def kernel_watches() -> int:
         except OSError:
             continue
     return count
+
+
+def task_names() -> list[str]:
+    """The names of every task of this run (system tasks included)."""
+    names: list[str] = []
+    pending = [trio.lowlevel.current_root_task()]
+    while pending:
+        task = pending.pop()
+        names.append(task.name)
+        for nursery in task.child_nurseries:
+            pending.extend(nursery.child_tasks)
+    return names
 
 
 @pytest.fixture
@@ -213,3 +226,36 @@ async def test_a_daemon_holds_one_inotify_descriptor(node_root: Path, tmp_path: 
             code = await stop_daemon(daemon, signal.SIGTERM)
     assert code == 0, "\n".join(daemon.lines)
     assert os.listdir(node_root) == []
+
+
+async def test_the_last_view_closed_from_a_worker_thread_ends_the_wait_cleanly(dirs) -> None:
+    # The reader task waits on the descriptor in the trio thread; closing the
+    # last view elsewhere must tell it there, not pull the descriptor from
+    # under its wait (which crashes the run).
+    one, _ = dirs
+    before = inotify_descriptors()
+    view = open_shared()
+    view.add_watch(str(one))
+    ended = []
+
+    async def wait() -> None:
+        with pytest.raises(trio.ClosedResourceError):
+            await view.read_events()
+        ended.append(True)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            closer = threading.Thread(target=view.close)  # no trio at all in it
+            closer.start()
+            await trio.to_thread.run_sync(closer.join)
+        await trio.testing.wait_all_tasks_blocked()  # the reader task's exit
+    assert ended == [True]
+    assert inotify_descriptors() == before
+    # No reader task left waiting on a descriptor that is gone.
+    assert not [name for name in task_names() if "_Hub._read" in name]
+    with open_shared() as again, trio.fail_after(10):  # and the next view works
+        again.add_watch(str(one))
+        (one / "after").write_bytes(b"")
+        assert "after" in {e.name for e in await again.read_events()}
