@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.resources
-import os
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from figures import percentile, report
 sys.path.insert(0, str(nodes.REPO))  # the 4-GPU cut is the reload tests' own helper
 
 from tests.test_daemon_reload import four_gpu_profile
+from tests.test_shared_inotify import inotify_descriptors
 
 #: What ``python -m bench --quick`` passes.
 QUICK_ARGS = ["--daemons", "10", "--idle", "10"]
@@ -81,17 +81,6 @@ def main(argv: list[str] | None = None) -> None:
 
 #: The per-user inotify descriptor limit.
 INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
-
-
-def inotify_descriptors(pid: int) -> int:
-    """How many inotify descriptors process ``pid`` holds."""
-    count = 0
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            count += os.readlink(fd) == "anon_inode:inotify"
-        except OSError:
-            continue
-    return count
 
 
 def run(args: argparse.Namespace) -> None:

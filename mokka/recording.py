@@ -95,13 +95,14 @@ def absorb_own_writes(activity: Activity, paths: NodeRoot) -> None:
             placed.update(left.bookkeeping)
     if not placed:
         return
+    cache: ResolveCache = {}  # the directories on the way, resolved once for both looks
     for (path, follow_last), found in activity.looked_at.items():
         try:
-            real = str(paths.resolve(path, follow_last=follow_last))
+            real = str(paths.resolve(path, follow_last=follow_last, cache=cache))
         except HostPathError:
             continue
         if real in placed and found != UNCOMPARABLE:
-            activity.looked_at[(path, follow_last)] = seen(paths, path, follow_last)
+            activity.looked_at[(path, follow_last)] = seen(paths, path, follow_last, cache)
 
 
 def seen(

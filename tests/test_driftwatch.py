@@ -329,3 +329,20 @@ def test_without_inotify_the_drift_check_stats_and_stops_trying(
     assert host.drift_watch is None
     assert len(tries) == 1
     host.discard(OWNER)
+
+
+def test_a_watched_directory_swapped_for_a_link_to_its_copy_is_seen(
+    host: Host, node_root: Path, watch: DriftWatch
+) -> None:
+    # A hostile swap: the same content read through the link, but no longer
+    # the directory the record placed into (its watch is not followed there).
+    settled = converged(host)
+    vouched(watch, settled)
+    os.rename(node_root / "srv/data/deep", node_root / "srv/deep-moved")
+    os.symlink("../deep-moved", node_root / "srv/data/deep")
+    assert (node_root / "srv/data/deep/er/leaf").read_bytes() == b"leaf"
+    assert not watch.holds(settled)
+    (node_root / "srv/data/deep").unlink()
+    os.rename(node_root / "srv/deep-moved", node_root / "srv/data/deep")
+    host.discard(OWNER)
+    assert os.listdir(node_root) == []
