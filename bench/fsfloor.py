@@ -58,3 +58,58 @@ def write_floor(entries: list[tuple[str, str, object, int]]) -> float:
                 os.close(fd)
                 os.rename(part, target)
         return time.perf_counter() - start
+
+
+Entry = tuple[str, str, object, int]
+
+
+def tree_change(before: list[Entry], after: list[Entry]) -> tuple[list[Entry], list[str]]:
+    """What turns the tree ``before`` into ``after``: entries to write (new or
+    different, parents first) and paths to remove (children first)."""
+    old = {rel: rest for rel, *rest in before}
+    new = {rel for rel, *_ in after}
+    writes = [entry for entry in after if old.get(entry[0]) != list(entry[1:])]
+    removes = [rel for rel, *_ in reversed(before) if rel not in new]
+    return writes, removes
+
+
+def write_tree(base: Path, entries: list[Entry]) -> None:
+    """Write ``entries`` beneath ``base`` (untimed set-up of a change floor)."""
+    apply_change(base, entries, [])
+
+
+def apply_change(base: Path, writes: list[Entry], removes: list[str]) -> float:
+    """Seconds to apply a ``tree_change`` beneath ``base`` with bare syscalls.
+
+    Removals first (``unlink``, ``rmdir``), then each write the way a
+    converge places it: a directory made (or its mode set), anything else
+    created under a temp name and renamed over its path.  No fsync, no
+    comparison, no bookkeeping: what the filesystem itself costs for the
+    change, on the same disk and in the same state as the daemon's root.
+    """
+    start = time.perf_counter()
+    for rel in removes:
+        target = base / rel
+        if stat.S_ISDIR(os.lstat(target).st_mode):
+            os.rmdir(target)
+        else:
+            os.unlink(target)
+    for rel, kind, payload, mode in writes:
+        target = base / rel
+        if kind == "dir":
+            try:
+                os.mkdir(target, mode)
+            except FileExistsError:
+                os.chmod(target, mode)
+            continue
+        part = target.with_name(target.name + ".tmp")
+        if kind == "link":
+            os.symlink(payload, part)
+        elif kind == "dev":
+            os.mknod(part, stat.S_IFCHR | mode, payload)
+        else:
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            os.write(fd, payload)
+            os.close(fd)
+        os.rename(part, target)
+    return time.perf_counter() - start

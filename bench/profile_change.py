@@ -16,8 +16,13 @@ root has the expected number of GPU device nodes.
   arrives while the first pass runs; timed from the second save until the
   second generation has converged.
 
-Floor, measured in the same run: inotify delivery, a rename in a watched
-directory until the event is read (mokka's own ``Inotify``).
+Floors, measured in the same run: inotify delivery, a rename in a watched
+directory until the event is read (mokka's own ``Inotify``); and the change
+itself by bare syscalls (``fsfloor.apply_change``): the paths the node gains
+or loses between 8 and 4 GPUs, removed and written in a copy of the tree
+beside the daemon's root, after each single change.  The second says what
+the disk costs for the change where the root is: on a busy or ageing
+filesystem it is most of the figure (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import fsfloor
 import nodes
 import trio
 from figures import percentile, report
 
+from mokka.layout import MOKKA_STATE_DIR
 from mokka.state.sources.inotify import Inotify
 
 sys.path.insert(0, str(nodes.REPO))  # the 4-GPU cut is the reload tests' own helper
@@ -66,6 +73,13 @@ async def inotify_floor(rounds: int) -> list[float]:
             await watch.read_events()
             samples.append(time.perf_counter() - started)
     return samples
+
+
+def node_tree(root: Path) -> list[fsfloor.Entry]:
+    """The node's tree as ``fsfloor`` reads it, without the daemon's own bookkeeping."""
+    private = MOKKA_STATE_DIR.strip("/")
+    return [e for e in fsfloor.read_tree(root)
+            if e[0] != private and not e[0].startswith(private + "/")]
 
 
 def wait_log(daemon: nodes.Daemon, pattern: str, timeout: float = SAMPLE_TIMEOUT) -> None:
@@ -103,7 +117,11 @@ def main(argv: list[str] | None = None) -> None:
         try:
             nodes.wait_ready([daemon], timeout=600)
             generation = 1
-            single = []
+            single, change_floor = [], []
+            trees = {8: node_tree(daemon.root)}
+            floor_root = work / "floor"  # beside the root: same disk, same neighbourhood
+            floor_root.mkdir()
+            fsfloor.write_tree(floor_root, trees[8])
             for i in range(args.rounds):
                 text, gpus = variants[i % 2]
                 time.sleep(0.2)  # the node idle before the change
@@ -114,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
                 if gpu_nodes(daemon.root) != gpus:
                     raise SystemExit(f"generation {generation}: {gpu_nodes(daemon.root)} GPU "
                                      f"device nodes, expected {gpus}")
+                trees.setdefault(gpus, node_tree(daemon.root))
+                writes, removes = fsfloor.tree_change(trees[12 - gpus], trees[gpus])
+                change_floor.append(fsfloor.apply_change(floor_root, writes, removes))
             pair, both = [], []
             # Each pair leaves the node as it found it: the other variant, then straight back.
             (first, _), (second, gpus) = variants[args.rounds % 2], variants[(args.rounds + 1) % 2]
@@ -133,6 +154,11 @@ def main(argv: list[str] | None = None) -> None:
             nodes.stop([daemon], timeout=120)
     report(BENCH, "inotify delivery (median)", floor, "ms")
     summarize("8<->4 GPUs, single change -> converged", single, floor)
+    floor_ms = statistics.median(change_floor) * 1000
+    report(BENCH, "the same change by bare syscalls (median)", floor_ms, "ms")
+    report(BENCH, "8<->4 GPUs, single change -> converged p50, against that",
+           percentile([s * 1000 for s in single], 50), "ms",
+           floor=floor_ms, floor_name="the change by bare syscalls")
     summarize("back-to-back, second change -> converged", pair, floor)
     summarize("back-to-back, first change -> both converged", both, floor)
 

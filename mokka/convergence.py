@@ -63,6 +63,9 @@ class Convergence:
     manifest: Manifest
     #: The host's directory lock (see ``_ensure_dir``).
     dirs_lock: threading.Lock
+    #: The host's disk turn, held for this call (``Host.disk_turn``): let go
+    #: while ``commit`` waits for the disk, so another converge works meanwhile.
+    disk_turn: threading.RLock
     #: Where every owner's manifest lives (read for shared directories).
     manifest_dir: Path
     #: Mokka's private state directory (scratch for the device-node probe).
@@ -434,11 +437,15 @@ class Convergence:
         """
         if not self._pending:
             return
-        if len(self._pending) <= _FILE_SYNC_BATCH:
-            for tmp in self._pending.values():
-                fsops.sync_file(tmp)
-        else:
-            fsops.sync_filesystem(self.paths.root)
+        self.disk_turn.release()
+        try:
+            if len(self._pending) <= _FILE_SYNC_BATCH:
+                for tmp in self._pending.values():
+                    fsops.sync_file(tmp)
+            else:
+                fsops.sync_filesystem(self.paths.root)
+        finally:
+            self.disk_turn.acquire()
         while self._pending:
             real, tmp = next(iter(self._pending.items()))
             os.replace(tmp, real)
