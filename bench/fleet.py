@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import fsfloor
 import nodes
 from figures import percentile, report
 
@@ -94,6 +95,8 @@ def run(args: argparse.Namespace) -> None:
         bare = nodes.bare_trio()
         try:
             nodes.warm_bytecode()
+            report(BENCH, "a file create where the roots are, before the start",
+                   fsfloor.create_cost(work) * 1e6, "us")
             ports = nodes.free_ports(n)
             launched = time.time()
             for i in range(n):

@@ -113,3 +113,18 @@ def apply_change(base: Path, writes: list[Entry], removes: list[str]) -> float:
             os.close(fd)
         os.rename(part, target)
     return time.perf_counter() - start
+
+
+def create_cost(directory: Path, count: int = 300) -> float:
+    """Seconds per file create (``open(O_CREAT)`` + ``close``) in a fresh directory under
+    ``directory``, now: how busy or aged the disk is where a benchmark puts its roots.
+
+    On an ext4 without a journal the inode allocator skips inodes freed in
+    the last minutes (``recently_deleted``), so a disk that just had many
+    files removed creates new ones many times slower (docs/benchmarks.md).
+    """
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        start = time.perf_counter()
+        for i in range(count):
+            os.close(os.open(f"{tmp}/{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        return (time.perf_counter() - start) / count

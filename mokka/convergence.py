@@ -84,7 +84,7 @@ class Convergence:
     _ensured: set[str] = attrs.field(factory=set)
     #: Regular files written under their temp names, renamed over their
     #: paths by ``commit`` (real path -> temp path).
-    _pending: dict[Path, Path] = attrs.field(factory=dict)
+    _pending: dict[str, str] = attrs.field(factory=dict)
     #: What the owner's last converge left (``Settled``): entries it finds
     #: unchanged are kept without being looked at again.
     previous: Settled | None = None
@@ -99,6 +99,19 @@ class Convergence:
     def resolve(self, path: str, *, follow_last: bool = False) -> Path:
         """A node path beneath the root, through this call's cache (``resolved``)."""
         return self.paths.resolve(path, follow_last=follow_last, cache=self.resolved)
+
+    def forget_directory(self, norm: str, parts: list[str]) -> None:
+        """Drop what this call knows of one directory it removed (``norm``, real ``parts``)
+        and of anything beneath it, however it was reached (a link on the way included)."""
+        gone, count = tuple(parts), len(parts)
+        last = gone[-1] if gone else None
+        for key in [k for k, real in self.resolved.items()
+                    if len(real) >= count and real[count - 1] == last and real[:count] == gone]:
+            del self.resolved[key]
+        beneath = norm + "/"
+        self._ensured = {k for k in self._ensured if k != norm and not k.startswith(beneath)}
+        for key in [k for k in self._same_dirs if k == norm or k.startswith(beneath)]:
+            del self._same_dirs[key]
 
     def forget_directories(self) -> None:
         """Drop what this call knows of directories: one was removed, or went away."""
@@ -145,23 +158,30 @@ class Convergence:
             str(art.source), os.stat
         ):
             return False
-        parents = norm.split("/")[1:-1]
-        for i in range(1, len(parents) + 1):
-            directory = "/" + "/".join(parents[:i])
-            same = self._same_dirs.get(directory)
-            if same is None:
-                real_dir = str(self.paths.root) + directory
-                was = previous.dirs.get(real_dir)
-                now = signature(real_dir, os.lstat)
-                same = was is not None and now is not None and now[:3] == was[:3]
-                self._same_dirs[directory] = same
-            if not same:
-                return False
-            self.dirs[str(self.paths.root) + directory] = None
+        parent = norm.rpartition("/")[0]
+        if parent and not self._same_dir(parent, previous):
+            return False
         if signature(real, os.lstat) != before[2]:
             return False
         self.placed[norm] = (art, real)
         return True
+
+    def _same_dir(self, directory: str, previous: Settled) -> bool:
+        """Whether ``directory`` and every one above it are the ones ``previous`` recorded
+        (device, inode, type); each is looked at once per call."""
+        same = self._same_dirs.get(directory)
+        if same is None:
+            parent = directory.rpartition("/")[0]
+            real_dir = str(self.paths.root) + directory
+            was = previous.dirs.get(real_dir)
+            same = was is not None and (not parent or self._same_dir(parent, previous))
+            if same:
+                now = signature(real_dir, os.lstat)
+                same = now is not None and now[:3] == was[:3]
+            self._same_dirs[directory] = same
+            if same:
+                self.dirs[real_dir] = None
+        return same
 
     def report(self) -> ConvergeReport:
         """The frozen summary of this converge for the caller's logs and readiness."""
@@ -210,6 +230,8 @@ class Convergence:
 
     def ensure_parents(self, norm: str) -> None:
         """Create (and record) every missing parent directory of ``norm``, top down."""
+        if norm.rpartition("/")[0] in self._ensured:
+            return  # ensured top down: every directory above it was, too
         parts = norm.strip("/").split("/")[:-1]
         for i in range(1, len(parts) + 1):
             parent = "/" + "/".join(parts[:i])
@@ -235,17 +257,18 @@ class Convergence:
         went away (removed before this call took the lock) raises
         ``_ParentVanished`` for ``put`` to try again.
         """
-        real = self.resolve(norm, follow_last=True)
-        if real == self.paths.root:
+        parts = self.paths.resolve_parts(norm, follow_last=True, cache=self.resolved)
+        if not parts:
             return  # a link to the root itself: the root is never an owner's
+        real = self.paths.real_text(parts)
         key = self.paths.node_path(real)
-        self.dirs[str(real)] = None
+        self.dirs[real] = None
         with self.dirs_lock:
             existing = fsops.stat_or_none(real)
             if existing is not None and not stat.S_ISDIR(existing.st_mode):
                 raise HostPathError(f"{norm}: exists and is not a directory")
             if existing is None:
-                if not os.path.isdir(real.parent):
+                if not os.path.isdir(os.path.dirname(real)):
                     if os.path.islink(self.resolve(norm)):
                         # ``norm`` is a symlink whose (re-rooted) target's parent is
                         # missing: refuse before noting, so the manifest never lists
@@ -272,6 +295,9 @@ class Convergence:
                         f"{norm}: it or its parent directory was removed meanwhile"
                     ) from None
                 self.created.append(key)
+                # Made by this call: what lies beneath resolves from here, as
+                # from a directory the walk found (``NodeRoot.resolve``).
+                self.resolved[norm[1:]] = tuple(parts)
                 return
             if key not in self.manifest.entries and self._listed_by_other_owner(key):
                 # Another owner created it (a sibling batch, another simulator):
@@ -310,8 +336,8 @@ class Convergence:
         if isinstance(art, Directory):
             self._ensure_dir(norm, art.mode, explicit=True)
             return
-        real = self.resolve(norm)
-        self.placed[norm] = (art, str(real))
+        real = self.paths.real_text(self.paths.resolve_parts(norm, cache=self.resolved))
+        self.placed[norm] = (art, real)
         existing = fsops.lstat_or_none(real)
         if existing is not None and self._matches(art, real, existing):
             if norm not in self.manifest.entries:
@@ -320,20 +346,25 @@ class Convergence:
             return
         kind = _kind(art)
         if existing is not None and norm not in self.manifest.entries:
-            backup = backups.save(norm, real, existing, self.backups_dir(), self.manifest.owner)
+            backup = backups.save(
+                norm, Path(real), existing, self.backups_dir(), self.manifest.owner
+            )
             self.manifest.note("add", norm, kind, backup=backup)
         elif norm not in self.manifest.entries:
             self.manifest.note("add", norm, kind)
         elif self.manifest.entries[norm] != kind:
             self.manifest.note("add", norm, kind, backup=self.manifest.backups.get(norm, ""))
         (self.updated if existing is not None else self.created).append(norm)
+        if existing is not None and stat.S_ISDIR(existing.st_mode):
+            # It cannot be renamed over; refused before a temp file exists.
+            raise HostPathError(f"{real}: a directory is in the way")
         self._write(art, real)
 
     def backups_dir(self) -> Path:
         """Where backups live beneath the root (``mokka.backups`` keeps one directory per owner)."""
         return self.resolve(STATE_DIR + "/backups", follow_last=True)
 
-    def _matches(self, art: Artifact, real: Path, st: os.stat_result) -> bool:
+    def _matches(self, art: Artifact, real: str, st: os.stat_result) -> bool:
         """Whether the entry on disk already is ``art`` (content, target, device, mode)."""
         if isinstance(art, Symlink):
             return stat.S_ISLNK(st.st_mode) and os.readlink(real) == art.target
@@ -342,19 +373,19 @@ class Convergence:
                 return (os.major(st.st_rdev), os.minor(st.st_rdev)) == (art.major, art.minor) and (
                     stat.S_IMODE(st.st_mode) == art.mode
                 )
-            if stat.S_ISREG(st.st_mode) and real.read_bytes() == fsops.placeholder(art):
+            if stat.S_ISREG(st.st_mode) and fsops.read_bytes(real) == fsops.placeholder(art):
                 self.degraded.append(fsops.placeholder_reason(art))
                 return not fsops.can_mknod(self.state_dir)
             return False
         if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != art.mode:
             return False
         if isinstance(art, File):
-            return st.st_size == len(art.content) and real.read_bytes() == art.content
+            return st.st_size == len(art.content) and fsops.read_bytes(real) == art.content
         return st.st_size == art.source.stat().st_size and (
             fsops.file_digest(real) == fsops.file_digest(art.source)
         )
 
-    def _write(self, art: Artifact, real: Path) -> None:
+    def _write(self, art: Artifact, real: str) -> None:
         """Write ``art`` beside ``real`` and rename it over: readers see old or new, never half.
 
         Links and device nodes are complete the moment they exist and are
@@ -363,14 +394,16 @@ class Convergence:
         whole batch; see there.  Device nodes fall back to a placeholder
         file without CAP_MKNOD (recorded as degraded).
         """
-        # A directory standing where a file should go cannot be renamed over;
-        # checked before the temp file exists, so a refusal leaves none behind.
-        if real.is_dir() and not real.is_symlink():
-            raise HostPathError(f"{real}: a directory is in the way")
-        tmp = real.with_name(f".{real.name}.mokka-tmp")
-        fsops.unlink(tmp)
+        directory, _, name = real.rpartition("/")
+        tmp = f"{directory}/.{name}.mokka-tmp"
         try:
-            if self._write_tmp(art, tmp):
+            try:
+                pending = self._write_tmp(art, tmp)
+            except FileExistsError:
+                # A temp file a killed process left: it goes, and this one is made.
+                fsops.unlink(tmp)
+                pending = self._write_tmp(art, tmp)
+            if pending:
                 self._pending[real] = tmp
             else:
                 os.replace(tmp, real)
@@ -381,7 +414,7 @@ class Convergence:
                 fsops.unlink(tmp)
             raise
 
-    def _write_tmp(self, art: Artifact, tmp: Path) -> bool:
+    def _write_tmp(self, art: Artifact, tmp: str) -> bool:
         """The new entry, complete, under the temp name; whether its data awaits ``commit``."""
         if isinstance(art, Symlink):
             os.symlink(art.target, tmp)
@@ -393,7 +426,11 @@ class Convergence:
             except PermissionError:
                 # Recognisable content: a crash that empties it makes the
                 # next converge see a mismatch and write it again.
-                tmp.write_bytes(fsops.placeholder(art))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                try:
+                    fsops.write_all(fd, fsops.placeholder(art))
+                finally:
+                    os.close(fd)
                 os.chmod(tmp, 0o644)
                 self.degraded.append(fsops.placeholder_reason(art))
             return False

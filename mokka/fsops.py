@@ -32,7 +32,7 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def stat_or_none(path: Path) -> os.stat_result | None:
+def stat_or_none(path: str | Path) -> os.stat_result | None:
     """``stat`` (links followed) or ``None`` when nothing is there."""
     try:
         return os.stat(path)
@@ -40,7 +40,7 @@ def stat_or_none(path: Path) -> os.stat_result | None:
         return None
 
 
-def lstat_or_none(path: Path) -> os.stat_result | None:
+def lstat_or_none(path: str | Path) -> os.stat_result | None:
     """``lstat`` or ``None`` when nothing is there (the entry itself, links not followed)."""
     try:
         return os.lstat(path)
@@ -48,7 +48,13 @@ def lstat_or_none(path: Path) -> os.stat_result | None:
         return None
 
 
-def unlink(path: Path) -> None:
+def read_bytes(path: str | Path) -> bytes:
+    """A file's content (``Path.read_bytes`` for a path kept as a string)."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def unlink(path: str | Path) -> None:
     """Remove a non-directory entry; already gone is fine (discard is idempotent)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -76,7 +82,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def sync_file(path: Path) -> None:
+def sync_file(path: str | Path) -> None:
     """Flush one regular file's data to disk (``fsync``)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:

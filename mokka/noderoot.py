@@ -70,7 +70,11 @@ class NodeRoot:
         """The real path of components beneath the root."""
         return Path(self._prefix + "/".join(parts)) if parts else self.root
 
-    def node_path(self, real: Path) -> str:
+    def real_text(self, parts: list[str] | tuple[str, ...]) -> str:
+        """``real`` as a string: a converge's hot path builds no ``Path`` per file."""
+        return self._prefix + "/".join(parts) if parts else str(self.root)
+
+    def node_path(self, real: str | Path) -> str:
         """A real path beneath the root as its node path (``/`` for the root itself)."""
         text = str(real)
         if text == str(self.root):

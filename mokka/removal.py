@@ -112,26 +112,27 @@ def _remove(work: Convergence, norm: str) -> None:
     """Remove one recorded entry, restore what it replaced, and forget it."""
     kind = work.manifest.entries[norm]
     try:
-        real = work.resolve(norm)
+        parts = work.paths.resolve_parts(norm, cache=work.resolved)
     except HostPathError:
         logger.warning(
             "manifest path %s no longer resolves inside the root; forgetting it", norm
         )
         work.manifest.note("remove", norm)
         return
+    real = work.paths.real_text(parts)
     if kind == "dir":
         if os.path.ismount(real):
             # A bind mount we published (the driver tree at /run/nvidia/driver)
             # outliving a killed process: detach it, or rmdir fails with EBUSY.
             # Lazy, because a consumer may still hold files open in it.
-            result = work.run(["umount", "--lazy", str(real)])
+            result = work.run(["umount", "--lazy", real])
             if result.returncode != 0:
                 logger.warning("could not unmount %s: %s", norm, result.stderr.strip())
         # Under the directory lock: see ``Convergence._ensure_dir``.
         with work.dirs_lock:
             _rmdir(norm, real)
             work.manifest.note("remove", norm)
-        work.forget_directories()
+        work.forget_directory(norm, parts)
         work.removed.append(norm)
         return
     backup = work.manifest.backups.get(norm)
@@ -140,7 +141,8 @@ def _remove(work: Convergence, norm: str) -> None:
     saved = backups.load(norm, backup, work.backups_dir(), work.manifest.owner) if backup else None
     # A process killed between writing the temp file and renaming it
     # leaves the temp file beside the path (``Convergence._write``); it is ours too.
-    fsops.unlink(real.with_name(f".{real.name}.mokka-tmp"))
+    directory, _, name = real.rpartition("/")
+    fsops.unlink(f"{directory}/.{name}.mokka-tmp")
     try:
         fsops.unlink(real)
     except IsADirectoryError:
@@ -153,12 +155,12 @@ def _remove(work: Convergence, norm: str) -> None:
         work.manifest.note("remove", norm)
         return
     if saved is not None:
-        backups.restore(real, saved)
+        backups.restore(Path(real), saved)
     work.manifest.note("remove", norm)
     work.removed.append(norm)
 
 
-def _rmdir(norm: str, real: Path) -> None:
+def _rmdir(norm: str, real: str) -> None:
     """``rmdir`` a recorded directory; one that is not empty (or not a directory) stays."""
     try:
         os.rmdir(real)

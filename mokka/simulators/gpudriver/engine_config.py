@@ -344,13 +344,21 @@ def nvml_bus_id(bdf: str) -> str:
     return f"{int(domain, 16):08X}:{bus.upper()}:{devfn.upper()}"
 
 
-def _flatten(value: Any, *, where: str, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def _flatten(value: Any, *, where: str) -> list[tuple[str, Any]]:
     """Nested dicts/lists → ``(dotted key, scalar)``; lists get ``.count`` and ``.<i>``.
 
     ``.count`` lets the C side walk a list without scanning for keys.  A
     ``None`` is left out, so the library falls back to its own default as
     if the profile had no such field.  ``where`` names the GPU in warnings.
     """
+    flat: list[tuple[str, Any]] = []
+    _flatten_into(flat, value, where, "")
+    return flat
+
+
+def _flatten_into(flat: list[tuple[str, Any]], value: Any, where: str, prefix: str) -> None:
+    # Appends rather than nested generators: a GPU has hundreds of leaves,
+    # and every ``yield from`` level would pass each of them up once more.
     if isinstance(value, Mapping):
         for key, item in value.items():
             segment = str(key)
@@ -362,15 +370,13 @@ def _flatten(value: Any, *, where: str, prefix: str = "") -> Iterator[tuple[str,
                     segment,
                 )
                 continue
-            yield from _flatten(item, where=where, prefix=f"{prefix}{segment}.")
+            _flatten_into(flat, item, where, f"{prefix}{segment}.")
     elif isinstance(value, list | tuple):
-        yield f"{prefix}count", len(value)
+        flat.append((f"{prefix}count", len(value)))
         for i, item in enumerate(value):
-            yield from _flatten(item, where=where, prefix=f"{prefix}{i}.")
-    elif value is None:
-        return
-    else:
-        yield prefix.rstrip("."), value
+            _flatten_into(flat, item, where, f"{prefix}{i}.")
+    elif value is not None:
+        flat.append((prefix[:-1] if prefix.endswith(".") else prefix, value))
 
 
 def _format_line(key: str, value: Any) -> str:
