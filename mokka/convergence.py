@@ -43,9 +43,10 @@ from mokka.artifacts import (
 )
 from mokka.errors import HostPathError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import Manifest, lists_directory
+from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.settled import Settled, signature
+from mokka.shared_dirs import OwnerListings
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ class Convergence:
     #: The host's disk turn, held for this call (``Host.disk_turn``): let go
     #: while ``commit`` waits for the disk, so another converge works meanwhile.
     disk_turn: threading.RLock
+    #: What other owners' bookkeeping says of directories (``mokka.shared_dirs``;
+    #: the host's, asked under ``dirs_lock``).
+    listings: OwnerListings
     #: Where every owner's manifest lives (read for shared directories).
     manifest_dir: Path
     #: Mokka's private state directory (scratch for the device-node probe).
@@ -104,7 +108,10 @@ class Convergence:
         """Drop what this call knows of one directory it removed (``norm``, real ``parts``)
         and of anything beneath it, however it was reached (a link on the way included)."""
         gone, count = tuple(parts), len(parts)
-        last = gone[-1] if gone else None
+        if not count:
+            self.forget_directories()
+            return
+        last = gone[-1]
         for key in [k for k, real in self.resolved.items()
                     if len(real) >= count and real[count - 1] == last and real[:count] == gone]:
             del self.resolved[key]
@@ -324,7 +331,7 @@ class Convergence:
             return False
         owners = {n.rsplit(".", 1)[0] for n in names if n.endswith((".json", ".journal"))}
         owners.discard(self.manifest.owner)
-        return any(lists_directory(directory, owner, key) for owner in sorted(owners))
+        return any(self.listings.lists(directory, owner, key) for owner in sorted(owners))
 
     def place(self, art: Artifact, norm: str) -> None:
         """Create or update one artifact; untouched when it already matches.

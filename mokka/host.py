@@ -87,6 +87,7 @@ from mokka.recording import absorb_own_writes, note_looked_at, note_outside, rec
 from mokka.recording import current as current_activity
 from mokka.recording import unchanged as still_unchanged
 from mokka.settled import RECORDING, Activity, Settled
+from mokka.shared_dirs import OwnerListings
 from mokka.statedir import StateDir
 
 if TYPE_CHECKING:
@@ -153,6 +154,8 @@ class Host:
     #: "One converge at a time").  Re-entrant: a converge that discards
     #: another owner on its way (a test's race, a hook) keeps its turn.
     disk_turn: threading.RLock = attrs.field(factory=threading.RLock, init=False)
+    #: Other owners' bookkeeping as parsed, while unchanged (``mokka.shared_dirs``).
+    listings: OwnerListings = attrs.field(factory=OwnerListings, init=False)
     #: Path mapping beneath the root (shared with ``Convergence``).
     paths: NodeRoot = attrs.field(init=False)
     #: What each owner's last successful converge left (see ``Settled``).
@@ -386,6 +389,7 @@ class Host:
                 manifest=manifest,
                 dirs_lock=self.dirs_lock,
                 disk_turn=self.disk_turn,
+                listings=self.listings,
                 manifest_dir=self._manifest_dir(),
                 state_dir=self.state_dir,
                 run=self.run,

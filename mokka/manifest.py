@@ -413,34 +413,3 @@ def _ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as f:
         f.seek(-1, os.SEEK_END)
         return f.read(1) == b"\n"
-
-
-def lists_directory(directory: Path, owner: str, key: str) -> bool:
-    """Whether ``owner``'s manifest records ``key`` as a directory it created.
-
-    Another owner converges at the same time: its journal is read before its
-    snapshot, because a concurrent compaction writes the snapshot before it
-    deletes the journal, so an entry noted before we looked is in one or the
-    other.  Bookkeeping that fails the trust checks lists nothing (that
-    owner's own converge refuses it loudly).
-    """
-    try:
-        journal = read_private(directory / f"{owner}.journal")
-    except (UntrustedBookkeepingError, OSError):
-        return False
-    last: str | None = None
-    for line in (journal or b"").decode(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn line being written right now
-        if isinstance(record, dict) and record.get("path") == key:
-            last = record.get("op") if record.get("kind", "dir") == "dir" else None
-    if last is not None:
-        return last == "add"
-    try:
-        snapshot = json.loads(read_private(directory / f"{owner}.json") or b"{}")
-    except (UntrustedBookkeepingError, OSError, json.JSONDecodeError):
-        return False
-    entries = snapshot.get("entries") if isinstance(snapshot, dict) else None
-    return isinstance(entries, dict) and entries.get(key) == "dir"

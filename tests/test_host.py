@@ -21,6 +21,7 @@ import mokka.fsops
 import mokka.host
 import mokka.manifest
 import mokka.removal
+import mokka.shared_dirs
 import mokka.statedir
 from mokka.errors import HostFaultError, HostPathError
 from mokka.host import CharDevice, ConvergeReport, CopyOf, Directory, File, Host, Symlink
@@ -395,20 +396,20 @@ def test_sharing_and_forgetting_a_directory_never_interleave(
     """
     before = snapshot(node_root)
     checked: list[str] = []
-    real_lists = mokka.convergence.lists_directory
+    real_lists = mokka.shared_dirs.OwnerListings.lists
     real_rmdir = mokka.removal._rmdir
 
-    def lists_directory(directory, owner, key):
+    def lists(self, directory, owner, key):
         assert host.dirs_lock.locked(), f"shared-directory check of {key} outside the lock"
         checked.append(f"share {key}")
-        return real_lists(directory, owner, key)
+        return real_lists(self, directory, owner, key)
 
     def rmdir(norm, real):
         assert host.dirs_lock.locked(), f"rmdir of {norm} outside the lock"
         checked.append(f"rmdir {norm}")
         return real_rmdir(norm, real)
 
-    monkeypatch.setattr(mokka.convergence, "lists_directory", lists_directory)
+    monkeypatch.setattr(mokka.shared_dirs.OwnerListings, "lists", lists)
     monkeypatch.setattr(mokka.removal, "_rmdir", rmdir)
     host.converge("a", [File("/d/a", "a")])
     host.converge("b", [File("/d/b", "b")])

@@ -1,0 +1,105 @@
+"""Whether another owner's bookkeeping records a directory as one it created.
+
+A converge that finds a directory it did not create asks every other
+owner's journal and snapshot whether that owner made it, and shares it if
+so (``Convergence._ensure_dir``), so whichever owner leaves last removes it.
+A cold h100 pass asks about a hundred times, and each ask read and parsed
+every other owner's journal again.  ``OwnerListings`` keeps each file's
+parsed answer until the file's ``lstat`` signature changes: an append, a
+compaction (a new snapshot, the journal gone), a chmod or a chown all
+change it, and a changed file is read again through ``read_private`` with
+its trust checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from mokka.errors import UntrustedBookkeepingError
+from mokka.manifest import read_private
+
+#: A file that failed its trust checks or could not be read: it lists nothing.
+_REFUSED: Final = object()
+
+
+class OwnerListings:
+    """Parsed journals and snapshots of other owners, each kept while its file is unchanged.
+
+    Not thread-safe by itself: a converge asks under the host's directory lock.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[tuple[int, ...], object]] = {}
+
+    def lists(self, directory: Path, owner: str, key: str) -> bool:
+        """Whether ``owner``'s manifest records ``key`` as a directory it created.
+
+        Another owner converges at the same time: its journal is looked at
+        before its snapshot, because a compaction writes the snapshot
+        before it deletes the journal, so an entry noted before we looked
+        is in one or the other.  Bookkeeping that fails the trust checks
+        lists nothing (that owner's own converge refuses it loudly).
+        """
+        ops = self._parsed(directory / f"{owner}.journal", _journal_ops)
+        if ops is _REFUSED:
+            return False
+        last = ops.get(key) if isinstance(ops, dict) else None
+        if last is not None:
+            return last == "add"
+        dirs = self._parsed(directory / f"{owner}.json", _snapshot_dirs)
+        return isinstance(dirs, frozenset) and key in dirs
+
+    def _parsed(self, path: Path, parse: Callable[[bytes], object]) -> object:
+        """``parse`` of the file's content, from the cache while its signature holds;
+        ``None`` when there is no such file."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return _REFUSED
+        signature = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                     st.st_mode, st.st_uid, st.st_gid)
+        cached = self._files.get(str(path))
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        try:
+            content = read_private(path)
+        except (UntrustedBookkeepingError, OSError):
+            parsed: object = _REFUSED
+        else:
+            parsed = None if content is None else parse(content)
+        # The signature taken before the read: a change meanwhile reads it again next time.
+        self._files[str(path)] = (signature, parsed)
+        return parsed
+
+
+def _journal_ops(content: bytes) -> dict[str, object]:
+    """Each path's last journal record: its ``op`` for a directory, ``None`` for another kind."""
+    ops: dict[str, object] = {}
+    for line in content.decode(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn line being written right now
+        if isinstance(record, dict) and isinstance(record.get("path"), str):
+            ops[record["path"]] = (
+                record.get("op") if record.get("kind", "dir") == "dir" else None
+            )
+    return ops
+
+
+def _snapshot_dirs(content: bytes) -> object:
+    """The directories a snapshot records; ``_REFUSED`` for one that is not JSON."""
+    try:
+        snapshot = json.loads(content or b"{}")
+    except json.JSONDecodeError:
+        return _REFUSED
+    entries = snapshot.get("entries") if isinstance(snapshot, dict) else None
+    if not isinstance(entries, dict):
+        return frozenset()
+    return frozenset(path for path, kind in entries.items() if kind == "dir")

@@ -1,0 +1,111 @@
+"""Other owners' bookkeeping, parsed once while unchanged (``mokka.shared_dirs``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import mokka.shared_dirs
+from mokka.host import File, Host
+from mokka.shared_dirs import OwnerListings
+from tests.support import snapshot
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The bookkeeping files ``OwnerListings`` reads, by name."""
+    seen: list[str] = []
+    real = mokka.shared_dirs.read_private
+
+    def read_private(path: Path) -> bytes | None:
+        seen.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(mokka.shared_dirs, "read_private", read_private)
+    return seen
+
+
+def journal(directory: Path, owner: str, *records: dict) -> None:
+    """Append records to ``owner``'s journal as the manifest writes them (private file)."""
+    path = directory / f"{owner}.journal"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"".join(json.dumps(r).encode() + b"\n" for r in records))
+    finally:
+        os.close(fd)
+
+
+def test_a_directory_another_owner_made_is_read_once_while_its_bookkeeping_is_unchanged(
+    host: Host, node_root: Path, reads: list[str]
+):
+    before = snapshot(node_root)
+    host.converge("a", [File("/d/a", "a\n")])
+    directory = host.state.manifest_dir()
+    listings = OwnerListings()
+    assert listings.lists(directory, "a", "/d")
+    assert listings.lists(directory, "a", "/d")
+    assert not listings.lists(directory, "a", "/d/a")  # a file of a's, not a directory
+    assert not listings.lists(directory, "a", "/elsewhere")
+    assert reads == ["a.json"]  # the converge folded its journal into the snapshot
+    host.converge("a", [File("/d/a", "a\n"), File("/e/b", "b\n")])
+    assert listings.lists(directory, "a", "/e")  # a new snapshot: read again
+    assert reads == ["a.json", "a.json"]
+    host.discard("a")
+    assert not listings.lists(directory, "a", "/d")  # no bookkeeping left at all
+    assert snapshot(node_root) == before
+
+
+def test_journal_records_are_followed_as_they_are_appended(host: Host, node_root: Path,
+                                                            reads: list[str]):
+    before = snapshot(node_root)
+    host.converge("mine", [File("/x/f", "f\n")])  # makes the private manifest directory
+    directory = host.state.manifest_dir()
+    listings = OwnerListings()
+    assert not listings.lists(directory, "other", "/j")
+    journal(directory, "other", {"op": "add", "path": "/j", "kind": "dir"})
+    assert listings.lists(directory, "other", "/j")
+    journal(directory, "other", {"op": "remove", "path": "/j"})
+    assert not listings.lists(directory, "other", "/j")
+    journal(directory, "other", {"op": "add", "path": "/j", "kind": "file"})
+    assert not listings.lists(directory, "other", "/j")  # the last record is a file's
+    journal(directory, "other", {"op": "add", "path": "/j", "kind": "dir"})
+    assert listings.lists(directory, "other", "/j")
+    assert listings.lists(directory, "other", "/j")
+    # One read per change of the journal; the snapshot is asked for only while
+    # the journal says nothing of the path (and there is none to read).
+    assert reads == ["other.journal"] * 4
+    os.unlink(directory / "other.journal")
+    host.discard("mine")
+    assert snapshot(node_root) == before
+
+
+def test_bookkeeping_that_loses_its_trust_after_it_was_read_lists_nothing(
+    host: Host, node_root: Path
+):
+    before = snapshot(node_root)
+    host.converge("a", [File("/d/a", "a\n")])
+    directory = host.state.manifest_dir()
+    listings = OwnerListings()
+    assert listings.lists(directory, "a", "/d")
+    os.chmod(directory / "a.json", 0o666)  # anyone could have written it from now on
+    assert not listings.lists(directory, "a", "/d")
+    os.chmod(directory / "a.json", 0o600)
+    assert listings.lists(directory, "a", "/d")
+    host.discard("a")
+    assert snapshot(node_root) == before
+
+
+def test_a_snapshot_that_is_not_json_lists_nothing(host: Host, node_root: Path):
+    before = snapshot(node_root)
+    host.converge("mine", [File("/x/f", "f\n")])
+    directory = host.state.manifest_dir()
+    fd = os.open(directory / "other.json", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b'{"entries": {"/j": "dir"')  # cut short
+    os.close(fd)
+    assert not OwnerListings().lists(directory, "other", "/j")
+    os.unlink(directory / "other.json")
+    host.discard("mine")
+    assert snapshot(node_root) == before
