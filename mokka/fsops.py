@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -46,6 +47,31 @@ def lstat_or_none(path: str | Path) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
+
+
+#: This process's mount table.
+MOUNTINFO = Path("/proc/self/mountinfo")
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def mounted_on(path: str | Path, mountinfo: Path = MOUNTINFO) -> bool:
+    """Whether something is mounted on ``path`` in this mount namespace.
+
+    ``os.path.ismount`` cannot tell: a bind mount from the same filesystem
+    keeps the device number, so only the mount table knows.  Raises
+    ``OSError`` when the table cannot be read.
+    """
+    real = os.path.realpath(path)
+    for line in mountinfo.read_text().splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4 and _unescape_mountinfo(fields[4]) == real:
+            return True
+    return False
+
+
+def _unescape_mountinfo(field: str) -> str:
+    """Undo mountinfo's octal escapes (``\\040`` for a space, and tab, newline, backslash)."""
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
 def read_bytes(path: str | Path) -> bytes:

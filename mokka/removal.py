@@ -121,17 +121,17 @@ def _remove(work: Convergence, norm: str) -> None:
         return
     real = work.paths.real_text(parts)
     if kind == "dir":
-        if os.path.ismount(real):
-            # A bind mount we published (the driver tree at /run/nvidia/driver)
-            # outliving a killed process: detach it, or rmdir fails with EBUSY.
-            # Lazy, because a consumer may still hold files open in it.
-            result = work.run(["umount", "--lazy", real])
-            if result.returncode != 0:
-                logger.warning("could not unmount %s: %s", norm, result.stderr.strip())
         # Under the directory lock: see ``Convergence._ensure_dir``.
         with work.dirs_lock:
-            _rmdir(norm, real)
-            work.manifest.note("remove", norm)
+            busy = _rmdir(norm, real)
+            if not busy:
+                work.manifest.note("remove", norm)
+        if busy:
+            _unmount(work, norm, real)
+            with work.dirs_lock:
+                if _rmdir(norm, real):
+                    raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), real)
+                work.manifest.note("remove", norm)
         work.forget_directory(norm, parts)
         work.removed.append(norm)
         return
@@ -160,13 +160,39 @@ def _remove(work: Convergence, norm: str) -> None:
     work.removed.append(norm)
 
 
-def _rmdir(norm: str, real: str) -> None:
-    """``rmdir`` a recorded directory; one that is not empty (or not a directory) stays."""
+def _unmount(work: Convergence, norm: str, real: str) -> None:
+    """Detach what is mounted on a recorded directory that ``rmdir`` found busy.
+
+    A bind mount we published (the driver tree at /run/nvidia/driver)
+    outliving a killed process.  Asked of the mount table only once
+    ``rmdir`` says EBUSY: a removal pays nothing for the check, and the
+    table, unlike ``os.path.ismount``, also knows a bind mount from the
+    same filesystem.  Lazy, because a consumer may still hold files open
+    in it.  Anything else that keeps it busy is the caller's EBUSY.
+    """
+    try:
+        mounted = fsops.mounted_on(real)
+    except OSError as exc:
+        logger.warning("could not read the mount table to free %s: %s", norm, exc)
+        return
+    if mounted:
+        result = work.run(["umount", "--lazy", real])
+        if result.returncode != 0:
+            logger.warning("could not unmount %s: %s", norm, result.stderr.strip())
+
+
+def _rmdir(norm: str, real: str) -> bool:
+    """``rmdir`` a recorded directory; one that is not empty (or not a directory) stays.
+
+    Returns whether it is busy (something is mounted on it); other errors raise.
+    """
     try:
         os.rmdir(real)
     except FileNotFoundError:
         pass
     except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            return True
         if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
             # Still holds another owner's files (shared parents empty out as the
             # last owner leaves) or files Mokka never wrote: leave it.  DEBUG,
@@ -177,6 +203,7 @@ def _rmdir(norm: str, real: str) -> None:
             logger.info("leaving %s in place: it is no longer a directory", norm)
         else:
             raise
+    return False
 
 
 def _add_prefixes(into: set[str], path: str) -> None:

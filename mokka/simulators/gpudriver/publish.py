@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path, PurePosixPath
 
-from mokka import layout
+from mokka import fsops, layout
 from mokka.errors import ApplyError
 from mokka.host import Directory, Host, Symlink
 
@@ -42,7 +41,6 @@ OWNER = "gpudriver-publish"
 REAL_HOST_ROOTS = (Path("/"), Path("/host"))
 #: CAP_SYS_ADMIN's bit in the capability sets (linux/capability.h).
 _CAP_SYS_ADMIN = 21
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 def has_cap_sys_admin(status_path: Path = Path("/proc/self/status")) -> bool:
@@ -75,31 +73,16 @@ def symlink_target() -> str:
     return os.path.relpath(layout.DRIVER_ROOT, parent)
 
 
-def _unescape_mountinfo(field: str) -> str:
-    """Undo mountinfo's octal escapes (``\\040`` for a space, and tab, newline, backslash)."""
-    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
-
-
 #: This process's mount table.
-MOUNTINFO = Path("/proc/self/mountinfo")
+MOUNTINFO = fsops.MOUNTINFO
 
 
 def is_mountpoint(path: Path, mountinfo: Path = MOUNTINFO) -> bool:
-    """Whether something is mounted on ``path`` in this mount namespace.
-
-    ``os.path.ismount`` cannot tell: a bind mount from the same filesystem
-    keeps the device number, so only the mount table knows.
-    """
-    real = os.path.realpath(path)
+    """Whether something is mounted on ``path`` in this mount namespace (``fsops.mounted_on``)."""
     try:
-        lines = mountinfo.read_text().splitlines()
+        return fsops.mounted_on(path, mountinfo)
     except OSError as exc:
         raise ApplyError(f"cannot read the mount table {mountinfo}: {exc}") from exc
-    for line in lines:
-        fields = line.split(" ")
-        if len(fields) > 4 and _unescape_mountinfo(fields[4]) == real:
-            return True
-    return False
 
 
 def published_kind(host: Host) -> str | None:
