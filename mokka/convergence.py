@@ -8,7 +8,7 @@ something foreign), records every creation before it happens, and removes
 what the owner created earlier but no longer wants.
 
 Regular files are written to temp names and renamed over their paths only
-after one filesystem sync for the whole batch (``commit``: the durability
+after one filesystem sync for the whole batch (``WriteBatch.commit``: the durability
 argument is there).  What a successful call leaves is returned as a
 ``Settled`` record, the next call's starting point for the same owner.
 
@@ -21,7 +21,6 @@ owner (``mokka.settled``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import stat
@@ -47,6 +46,7 @@ from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.settled import Settled, signature
 from mokka.shared_dirs import OwnerListings
+from mokka.writebatch import WriteBatch
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Convergence:
     #: The host's directory lock (see ``_ensure_dir``).
     dirs_lock: threading.Lock
     #: The host's disk turn, held for this call (``Host.disk_turn``): let go
-    #: while ``commit`` waits for the disk, so another converge works meanwhile.
+    #: while ``WriteBatch.commit`` waits for the disk, so another converge works meanwhile.
     disk_turn: threading.RLock
     #: What other owners' bookkeeping says of directories (``mokka.shared_dirs``;
     #: the host's, asked under ``dirs_lock``).
@@ -86,9 +86,8 @@ class Convergence:
     #: made sure of (``ensure_parents``): each is looked at once per call.
     resolved: ResolveCache = attrs.field(factory=dict)
     _ensured: set[str] = attrs.field(factory=set)
-    #: Regular files written under their temp names, renamed over their
-    #: paths by ``commit`` (real path -> temp path).
-    _pending: dict[str, str] = attrs.field(factory=dict)
+    #: Its writes: temp files renamed over their paths (``mokka.writebatch``).
+    batch: WriteBatch = attrs.field(init=False)
     #: What the owner's last converge left (``Settled``): entries it finds
     #: unchanged are kept without being looked at again.
     previous: Settled | None = None
@@ -99,6 +98,9 @@ class Convergence:
     dirs: dict[str, None] = attrs.field(factory=dict)
     #: Directories of ``previous`` found to be the same ones again (node path -> bool).
     _same_dirs: dict[str, bool] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self.batch = WriteBatch(self.paths.root, self.disk_turn, self.degraded)
 
     def resolve(self, path: str, *, follow_last: bool = False) -> Path:
         """A node path beneath the root, through this call's cache (``resolved``)."""
@@ -365,7 +367,7 @@ class Convergence:
         if existing is not None and stat.S_ISDIR(existing.st_mode):
             # It cannot be renamed over; refused before a temp file exists.
             raise HostPathError(f"{real}: a directory is in the way")
-        self._write(art, real)
+        self.batch.write(art, real)
 
     def backups_dir(self) -> Path:
         """Where backups live beneath the root (``mokka.backups`` keeps one directory per owner)."""
@@ -392,125 +394,12 @@ class Convergence:
             fsops.file_digest(real) == fsops.file_digest(art.source)
         )
 
-    def _write(self, art: Artifact, real: str) -> None:
-        """Write ``art`` beside ``real`` and rename it over: readers see old or new, never half.
-
-        Links and device nodes are complete the moment they exist and are
-        renamed at once (a later artifact may live beneath a link).  Regular
-        files are renamed by ``commit``, after one filesystem sync for the
-        whole batch; see there.  Device nodes fall back to a placeholder
-        file without CAP_MKNOD (recorded as degraded).
-        """
-        directory, _, name = real.rpartition("/")
-        tmp = f"{directory}/.{name}.mokka-tmp"
-        try:
-            try:
-                pending = self._write_tmp(art, tmp)
-            except FileExistsError:
-                # A temp file a killed process left: it goes, and this one is made.
-                fsops.unlink(tmp)
-                pending = self._write_tmp(art, tmp)
-            if pending:
-                self._pending[real] = tmp
-            else:
-                os.replace(tmp, real)
-        except BaseException:
-            # A full disk, a kill: no temp file is left beside the path.
-            self._pending.pop(real, None)
-            with contextlib.suppress(OSError):
-                fsops.unlink(tmp)
-            raise
-
-    def _write_tmp(self, art: Artifact, tmp: str) -> bool:
-        """The new entry, complete, under the temp name; whether its data awaits ``commit``."""
-        if isinstance(art, Symlink):
-            os.symlink(art.target, tmp)
-            return False
-        if isinstance(art, CharDevice):
-            try:
-                os.mknod(tmp, stat.S_IFCHR | art.mode, os.makedev(art.major, art.minor))
-                os.chmod(tmp, art.mode)
-            except PermissionError:
-                # Recognisable content: a crash that empties it makes the
-                # next converge see a mismatch and write it again.
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-                try:
-                    fsops.write_all(fd, fsops.placeholder(art))
-                finally:
-                    os.close(fd)
-                os.chmod(tmp, 0o644)
-                self.degraded.append(fsops.placeholder_reason(art))
-            return False
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, art.mode
-        )
-        try:
-            if isinstance(art, File):
-                fsops.write_all(fd, art.content)
-            else:
-                with open(art.source, "rb") as source:
-                    while chunk := source.read(1 << 20):
-                        fsops.write_all(fd, chunk)
-            os.fchmod(fd, art.mode)
-        finally:
-            os.close(fd)
-        return True
-
-    def commit(self) -> None:
-        """Make the batch's regular files durable, then rename each over its path.
-
-        The durability argument (also in docs/operations.md, "Failure
-        model"): a rename can reach the disk before the data of the file it
-        names, so after a power loss a renamed-but-unsynced file can be
-        empty under its final name, and the next converge would have to
-        notice.  Syncing *each* file before its rename closes that at the
-        price of one disk flush per file (hundreds per pass).  Syncing the
-        filesystem *once* after every temp file of the batch is written,
-        and renaming only then, gives every file the same guarantee: no
-        rename is issued before the data it exposes is on disk.  A crash
-        before the sync leaves only temp files (recorded paths' neighbours,
-        removed by the next converge or discard); one after it leaves each
-        path old or new, never empty.  The manifest journal still records
-        each path before its temp file exists, so a kill at any point
-        leaves a record, never an orphan.
-
-        A small batch (``mokka ctl``'s overrides file, a workload change)
-        syncs its files one by one instead: ``syncfs`` flushes every dirty
-        page of the filesystem, other processes' included, and on a busy
-        node that can take far longer than the few files of the batch.
-        """
-        if not self._pending:
-            return
-        self.disk_turn.release()
-        try:
-            if len(self._pending) <= _FILE_SYNC_BATCH:
-                for tmp in self._pending.values():
-                    fsops.sync_file(tmp)
-            else:
-                fsops.sync_filesystem(self.paths.root)
-        finally:
-            self.disk_turn.acquire()
-        while self._pending:
-            real, tmp = next(iter(self._pending.items()))
-            os.replace(tmp, real)
-            del self._pending[real]
-
-    def abandon(self) -> None:
-        """Remove the temp files of a batch that failed before ``commit`` renamed them."""
-        for tmp in self._pending.values():
-            with contextlib.suppress(OSError):
-                fsops.unlink(tmp)
-        self._pending.clear()
-
     # -- removal -------------------------------------------------------
 
     def remove_unwanted(self, wanted: set[str]) -> None:
         """Remove what the owner created before but ``wanted`` lacks (``mokka.removal``)."""
         removal.remove_unwanted(self, wanted)
 
-
-#: Batches of at most this many regular files are synced file by file (``commit``).
-_FILE_SYNC_BATCH = 4
 
 #: Tries of one placement whose parent another owner removed meanwhile; each
 #: retry re-creates the parents, so a second try nearly always succeeds.

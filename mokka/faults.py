@@ -24,9 +24,20 @@ EXPECTED_FAULTS: dict[int, str] = {
 }
 
 
-def as_fault(root: Path, owner: str, exc: OSError, node_path: str) -> HostFaultError | None:
-    """``exc`` met converging ``owner`` at ``node_path`` as one line (which path, what,
-    what it means); ``None`` when it is no expected fault (a bug: keep its traceback)."""
+def node_path_of(root: Path, real: str | os.PathLike[str] | None) -> str:
+    """A real path beneath ``root`` as the node path it is (others as they are)."""
+    if real is None:
+        return "?"
+    path = Path(os.fsdecode(real))
+    try:
+        return "/" + path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def as_fault(root: Path, owner: str, exc: OSError) -> HostFaultError | None:
+    """``exc`` met converging ``owner`` as one line (which path, what, what it means);
+    ``None`` when it is no expected fault (a bug: keep its traceback)."""
     gone = exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.isdir(root)
     if exc.errno not in EXPECTED_FAULTS and not gone:
         return None
@@ -35,4 +46,5 @@ def as_fault(root: Path, owner: str, exc: OSError, node_path: str) -> HostFaultE
         meaning = f"the node root {root} is gone"
     else:
         meaning = EXPECTED_FAULTS[exc.errno].format(uid=os.geteuid())
-    return HostFaultError(f"{owner}: {node_path}: {exc.strerror} ({code}): {meaning}")
+    where = node_path_of(root, exc.filename)
+    return HostFaultError(f"{owner}: {where}: {exc.strerror} ({code}): {meaning}")

@@ -75,7 +75,7 @@ from mokka.errors import (
     MokkaError,
     PassSuperseded,
 )
-from mokka.faults import EXPECTED_FAULTS, as_fault
+from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.manifest import (
     TMP_SUFFIX,
@@ -140,19 +140,14 @@ class Host:
     #: The private state directory beneath the root (created and removed as converges need it).
     state: StateDir = attrs.field(init=False)
     #: Serialises every owner's "share or create" and "remove and forget" of
-    #: directories (``mokka.convergence``); file writes stay concurrent.
+    #: directories (``mokka.convergence``).
     dirs_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     #: One converge works the filesystem at a time, whatever its owner; it
-    #: lets go only while it waits for the disk (``Convergence.commit``).
-    #: Why: converges are hundreds of short syscalls with Python between
-    #: them, and every syscall drops the GIL.  Two such threads at once hand
-    #: the GIL back and forth on each one, and the one coming back from the
-    #: kernel waits for the other's switch interval: an 8 -> 4 -> 8 GPU
-    #: change cost 25-30 % more CPU on tmpfs, and two to three times as much
-    #: on ext4 (where concurrent creates also contend in the kernel), than
-    #: the same converges made one after another (docs/daemon.md,
-    #: "One converge at a time").  Re-entrant: a converge that discards
-    #: another owner on its way (a test's race, a hook) keeps its turn.
+    #: lets go only while it waits for the disk (``WriteBatch.commit``).
+    #: Converges are hundreds of short syscalls, each dropping the GIL: two
+    #: at once hand it back and forth on every one (docs/daemon.md, "One
+    #: converge at a time").  Re-entrant: a converge that discards another
+    #: owner on its way (a test's race) keeps its turn.
     disk_turn: threading.RLock = attrs.field(factory=threading.RLock, init=False)
     #: Other owners' bookkeeping as parsed, while unchanged (``mokka.shared_dirs``).
     listings: OwnerListings = attrs.field(factory=OwnerListings, init=False)
@@ -405,9 +400,9 @@ class Host:
                         norm = node_norm(art.path)
                         wanted_paths.add(norm)
                         work.put(art, norm)
-                    work.commit()
+                    work.batch.commit()
                 except BaseException:
-                    work.abandon()
+                    work.batch.abandon()
                     raise
                 work.remove_unwanted(wanted_paths)
             finally:
@@ -422,25 +417,15 @@ class Host:
                 # The work is done and the journal records it all.
                 logger.warning(
                     "%s: could not fold the journal into %s: %s; the journal keeps the record",
-                    owner, self._node_path(manifest.snapshot_path), exc.strerror,
+                    owner, node_path_of(self.root, manifest.snapshot_path), exc.strerror,
                 )
             if wanted:
                 self._settled[owner] = work.settled(wanted)
             return work.report()
 
-    def _node_path(self, real: str | os.PathLike[str] | None) -> str:
-        """A real path beneath the root as the node path it is (others as they are)."""
-        if real is None:
-            return "?"
-        path = Path(os.fsdecode(real))
-        try:
-            return "/" + path.relative_to(self.root).as_posix()
-        except ValueError:
-            return str(path)
-
     def _fault(self, owner: str, exc: OSError) -> HostFaultError | None:
         """An expected fault as one line (``faults.as_fault``); ``None``: a bug."""
-        return as_fault(self.root, owner, exc, self._node_path(exc.filename))
+        return as_fault(self.root, owner, exc)
 
     def discard(self, owner: str) -> ConvergeReport:
         """Remove everything ``owner`` created (also by an earlier process); restore backups."""

@@ -140,7 +140,7 @@ def _remove(work: Convergence, norm: str) -> None:
     # leaves our file in place, recorded, rather than the node without either.
     saved = backups.load(norm, backup, work.backups_dir(), work.manifest.owner) if backup else None
     # A process killed between writing the temp file and renaming it
-    # leaves the temp file beside the path (``Convergence._write``); it is ours too.
+    # leaves the temp file beside the path (``WriteBatch.write``); it is ours too.
     directory, _, name = real.rpartition("/")
     fsops.unlink(f"{directory}/.{name}.mokka-tmp")
     try:

@@ -1,0 +1,149 @@
+"""One converge's writes: each entry under a temp name beside its path, renamed over it.
+
+Readers see a path old or new, never half-written.  Links and device nodes
+are complete the moment they exist and are renamed at once; regular files
+wait in the batch until ``commit`` has made their data durable (see there
+for the argument).  Kept apart from ``mokka.convergence``, which decides
+*what* to write and records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+from pathlib import Path
+
+import attrs
+
+from mokka import fsops
+from mokka.artifacts import Artifact, CharDevice, File, Symlink
+
+#: Batches of at most this many regular files are synced file by file (``commit``).
+_FILE_SYNC_BATCH = 4
+
+
+@attrs.define(eq=False)
+class WriteBatch:
+    """The temp files of one converge call and their way to disk."""
+
+    #: The node root (``syncfs`` flushes its filesystem).
+    root: Path
+    #: The host's disk turn, held by the converge: let go while ``commit`` waits for the disk.
+    disk_turn: threading.RLock
+    #: The converge's degraded list: a device node written as a placeholder is noted there.
+    degraded: list[str]
+    #: Regular files written under their temp names (real path -> temp path).
+    pending: dict[str, str] = attrs.field(factory=dict)
+
+    def write(self, art: Artifact, real: str) -> None:
+        """Write ``art`` beside ``real`` and rename it over: readers see old or new, never half.
+
+        Links and device nodes are complete the moment they exist and are
+        renamed at once (a later artifact may live beneath a link).  Regular
+        files are renamed by ``commit``, after one filesystem sync for the
+        whole batch; see there.  Device nodes fall back to a placeholder
+        file without CAP_MKNOD (recorded as degraded).
+        """
+        directory, _, name = real.rpartition("/")
+        tmp = f"{directory}/.{name}.mokka-tmp"
+        try:
+            try:
+                pending = self._write_tmp(art, tmp)
+            except FileExistsError:
+                # A temp file a killed process left: it goes, and this one is made.
+                fsops.unlink(tmp)
+                pending = self._write_tmp(art, tmp)
+            if pending:
+                self.pending[real] = tmp
+            else:
+                os.replace(tmp, real)
+        except BaseException:
+            # A full disk, a kill: no temp file is left beside the path.
+            self.pending.pop(real, None)
+            with contextlib.suppress(OSError):
+                fsops.unlink(tmp)
+            raise
+
+    def _write_tmp(self, art: Artifact, tmp: str) -> bool:
+        """The new entry, complete, under the temp name; whether its data awaits ``commit``."""
+        if isinstance(art, Symlink):
+            os.symlink(art.target, tmp)
+            return False
+        if isinstance(art, CharDevice):
+            try:
+                os.mknod(tmp, stat.S_IFCHR | art.mode, os.makedev(art.major, art.minor))
+                os.chmod(tmp, art.mode)
+            except PermissionError:
+                # Recognisable content: a crash that empties it makes the
+                # next converge see a mismatch and write it again.
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                try:
+                    fsops.write_all(fd, fsops.placeholder(art))
+                finally:
+                    os.close(fd)
+                os.chmod(tmp, 0o644)
+                self.degraded.append(fsops.placeholder_reason(art))
+            return False
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, art.mode
+        )
+        try:
+            if isinstance(art, File):
+                fsops.write_all(fd, art.content)
+            else:
+                with open(art.source, "rb") as source:
+                    while chunk := source.read(1 << 20):
+                        fsops.write_all(fd, chunk)
+            os.fchmod(fd, art.mode)
+        finally:
+            os.close(fd)
+        return True
+
+    def commit(self) -> None:
+        """Make the batch's regular files durable, then rename each over its path.
+
+        The durability argument (also in docs/operations.md, "Failure
+        model"): a rename can reach the disk before the data of the file it
+        names, so after a power loss a renamed-but-unsynced file can be
+        empty under its final name, and the next converge would have to
+        notice.  Syncing *each* file before its rename closes that at the
+        price of one disk flush per file (hundreds per pass).  Syncing the
+        filesystem *once* after every temp file of the batch is written,
+        and renaming only then, gives every file the same guarantee: no
+        rename is issued before the data it exposes is on disk.  A crash
+        before the sync leaves only temp files (recorded paths' neighbours,
+        removed by the next converge or discard); one after it leaves each
+        path old or new, never empty.  The manifest journal still records
+        each path before its temp file exists, so a kill at any point
+        leaves a record, never an orphan.
+
+        A small batch (``mokka ctl``'s overrides file, a workload change)
+        syncs its files one by one instead: ``syncfs`` flushes every dirty
+        page of the filesystem, other processes' included, and on a busy
+        node that can take far longer than the few files of the batch.
+        """
+        if not self.pending:
+            return
+        self.disk_turn.release()
+        try:
+            if len(self.pending) <= _FILE_SYNC_BATCH:
+                for tmp in self.pending.values():
+                    fsops.sync_file(tmp)
+            else:
+                fsops.sync_filesystem(self.root)
+        finally:
+            self.disk_turn.acquire()
+        while self.pending:
+            real, tmp = next(iter(self.pending.items()))
+            os.replace(tmp, real)
+            del self.pending[real]
+
+    def abandon(self) -> None:
+        """Remove the temp files of a batch that failed before ``commit`` renamed them."""
+        for tmp in self.pending.values():
+            with contextlib.suppress(OSError):
+                fsops.unlink(tmp)
+        self.pending.clear()
+
