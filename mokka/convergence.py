@@ -98,6 +98,9 @@ class Convergence:
     dirs: dict[str, None] = attrs.field(factory=dict)
     #: Directories of ``previous`` found to be the same ones again (node path -> bool).
     _same_dirs: dict[str, bool] = attrs.field(factory=dict)
+    #: Entries found exactly as ``previous`` left them, with the signature just
+    #: checked: the record this call leaves takes it instead of an ``lstat`` more.
+    _kept: dict[str, tuple] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.batch = WriteBatch(self.paths.root, self.disk_turn, self.degraded)
@@ -130,7 +133,8 @@ class Convergence:
 
     def settled(self, wanted: list[Artifact]) -> Settled:
         """The record of this (successful) call that the owner's next one starts from."""
-        files = {norm: (art, real, signature(real, os.lstat))
+        kept = self._kept
+        files = {norm: (art, real, kept[norm] if norm in kept else signature(real, os.lstat))
                  for norm, (art, real) in self.placed.items()}
         dirs = {real: signature(real, os.lstat) for real in self.dirs}
         sources = {str(art.source): None for art in wanted if isinstance(art, CopyOf)}
@@ -173,6 +177,7 @@ class Convergence:
         if signature(real, os.lstat) != before[2]:
             return False
         self.placed[norm] = (art, real)
+        self._kept[norm] = before[2]
         return True
 
     def _same_dir(self, directory: str, previous: Settled) -> bool:
@@ -347,6 +352,7 @@ class Convergence:
             return
         real = self.paths.real_text(self.paths.resolve_parts(norm, cache=self.resolved))
         self.placed[norm] = (art, real)
+        self._kept.pop(norm, None)
         existing = fsops.lstat_or_none(real)
         if existing is not None and self._matches(art, real, existing):
             if norm not in self.manifest.entries:

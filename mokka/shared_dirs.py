@@ -44,16 +44,16 @@ class OwnerListings:
         is in one or the other.  Bookkeeping that fails the trust checks
         lists nothing (that owner's own converge refuses it loudly).
         """
-        ops = self._parsed(directory / f"{owner}.journal", _journal_ops)
+        ops = self._parsed(f"{directory}/{owner}.journal", _journal_ops)
         if ops is _REFUSED:
             return False
         last = ops.get(key) if isinstance(ops, dict) else None
         if last is not None:
             return last == "add"
-        dirs = self._parsed(directory / f"{owner}.json", _snapshot_dirs)
+        dirs = self._parsed(f"{directory}/{owner}.json", _snapshot_dirs)
         return isinstance(dirs, frozenset) and key in dirs
 
-    def _parsed(self, path: Path, parse: Callable[[bytes], object]) -> object:
+    def _parsed(self, path: str, parse: Callable[[bytes], object]) -> object:
         """``parse`` of the file's content, from the cache while its signature holds;
         ``None`` when there is no such file."""
         try:
@@ -64,17 +64,17 @@ class OwnerListings:
             return _REFUSED
         signature = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
                      st.st_mode, st.st_uid, st.st_gid)
-        cached = self._files.get(str(path))
+        cached = self._files.get(path)
         if cached is not None and cached[0] == signature:
             return cached[1]
         try:
-            content = read_private(path)
+            content = read_private(Path(path))
         except (UntrustedBookkeepingError, OSError):
             parsed: object = _REFUSED
         else:
             parsed = None if content is None else parse(content)
         # The signature taken before the read: a change meanwhile reads it again next time.
-        self._files[str(path)] = (signature, parsed)
+        self._files[path] = (signature, parsed)
         return parsed
 
 

@@ -141,7 +141,7 @@ class StateDir:
         """
         state = self.path
         if check_private_dir(state):
-            if self.leftovers():
+            if _holds_a_file(state / "manifests") or _holds_a_file(state / "backups"):
                 return  # a manifest or a backup still waits for its owner's discard
             for probe in state.glob(".mknod-probe-*"):
                 # The device-node probe's scratch directory, left by a kill mid-probe.
@@ -231,3 +231,12 @@ class StateDir:
             for suffix in (".json", ".journal", TMP_SUFFIX)
             if name.endswith(suffix) and name != suffix
         })
+
+
+def _holds_a_file(directory: Path) -> bool:
+    """Whether anything but directories lies beneath ``directory`` (stops at the first).
+
+    What ``StateDir.cleanup`` asks after every converge: the answer is
+    nearly always yes, at the first name, where ``leftovers`` lists them all.
+    """
+    return any(filenames for _dirpath, _dirnames, filenames in os.walk(directory))
