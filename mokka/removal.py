@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from mokka import backups, fsops
 from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+from mokka.writebatch import temp_name
 
 if TYPE_CHECKING:
     from mokka.convergence import Convergence
@@ -141,8 +142,7 @@ def _remove(work: Convergence, norm: str) -> None:
     saved = backups.load(norm, backup, work.backups_dir(), work.manifest.owner) if backup else None
     # A process killed between writing the temp file and renaming it
     # leaves the temp file beside the path (``WriteBatch.write``); it is ours too.
-    directory, _, name = real.rpartition("/")
-    fsops.unlink(f"{directory}/.{name}.mokka-tmp")
+    fsops.unlink(temp_name(real))
     try:
         fsops.unlink(real)
     except IsADirectoryError:

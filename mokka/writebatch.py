@@ -24,6 +24,12 @@ from mokka.artifacts import Artifact, CharDevice, File, Symlink
 _FILE_SYNC_BATCH = 4
 
 
+def temp_name(real: str) -> str:
+    """Where a new entry for ``real`` is written before it is renamed over it (beside it)."""
+    directory, _, name = real.rpartition("/")
+    return f"{directory}/.{name}.mokka-tmp"
+
+
 @attrs.define(eq=False)
 class WriteBatch:
     """The temp files of one converge call and their way to disk."""
@@ -46,8 +52,7 @@ class WriteBatch:
         whole batch; see there.  Device nodes fall back to a placeholder
         file without CAP_MKNOD (recorded as degraded).
         """
-        directory, _, name = real.rpartition("/")
-        tmp = f"{directory}/.{name}.mokka-tmp"
+        tmp = temp_name(real)
         try:
             try:
                 pending = self._write_tmp(art, tmp)

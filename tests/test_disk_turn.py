@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -108,4 +109,25 @@ def test_converges_of_two_owners_from_two_threads_never_place_at_once(
         assert len(list((node_root / "shared" / owner).iterdir())) == 200
     host.discard("a")
     host.discard("b")
+    assert snapshot(node_root) == before
+
+
+def test_temp_files_a_killed_process_left_are_replaced_and_removed(
+    host: Host, node_root: Path
+):
+    """A kill between a temp file's creation and its rename leaves ``.<name>.mokka-tmp``
+    beside the path: the next converge writes over it (a file's, a link's), and a
+    discard removes the one beside a path it removes."""
+    from mokka.host import Symlink
+
+    before = snapshot(node_root)
+    host.converge("a", [File("/k/f", "old\n"), File("/k/g", "g\n")])
+    (node_root / "k/.f.mokka-tmp").write_bytes(b"half a wri")
+    (node_root / "k/.l.mokka-tmp").symlink_to("/nowhere")
+    host.converge("a", [File("/k/f", "new\n"), Symlink("/k/l", "f"), File("/k/g", "g\n")])
+    assert (node_root / "k/f").read_text() == "new\n"
+    assert os.readlink(node_root / "k/l") == "f"
+    assert sorted(p.name for p in (node_root / "k").iterdir()) == ["f", "g", "l"]
+    (node_root / "k/.g.mokka-tmp").write_bytes(b"left by a kill")
+    host.discard("a")
     assert snapshot(node_root) == before
