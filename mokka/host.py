@@ -76,6 +76,7 @@ from mokka.errors import (
     PassSuperseded,
 )
 from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of
+from mokka.filememo import FileMemo
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.manifest import (
     TMP_SUFFIX,
@@ -151,6 +152,8 @@ class Host:
     disk_turn: threading.RLock = attrs.field(factory=threading.RLock, init=False)
     #: Other owners' bookkeeping as parsed, while unchanged (``mokka.shared_dirs``).
     listings: OwnerListings = attrs.field(factory=OwnerListings, init=False)
+    #: Each owner's folded manifest snapshot while its file is unchanged (``Manifest.load``).
+    snapshots: FileMemo = attrs.field(factory=FileMemo, init=False)
     #: Path mapping beneath the root (shared with ``Convergence``).
     paths: NodeRoot = attrs.field(init=False)
     #: What each owner's last successful converge left (see ``Settled``).
@@ -321,7 +324,7 @@ class Host:
         for suffix in (".json", ".journal"):
             note_looked_at(self.paths, f"{STATE_DIR}/manifests/{owner}{suffix}", False)
         with self._lock(owner):
-            return dict(Manifest.load(owner, self._manifest_dir()).entries)
+            return dict(Manifest.load(owner, self._manifest_dir(), self.snapshots).entries)
 
     def converge(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
         """Make ``owner``'s part of the node exactly ``artifacts``; see the module docstring.
@@ -378,7 +381,7 @@ class Host:
         from mokka.convergence import Convergence
 
         with self.state.in_use():
-            manifest = Manifest.load(owner, self._manifest_dir())
+            manifest = Manifest.load(owner, self._manifest_dir(), self.snapshots)
             work = Convergence(
                 paths=self.paths,
                 manifest=manifest,

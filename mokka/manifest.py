@@ -31,6 +31,7 @@ from pathlib import Path
 import attrs
 
 from mokka.errors import UntrustedBookkeepingError
+from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.layout import MOKKA_STATE_DIR
 
 logger = logging.getLogger(__name__)
@@ -223,6 +224,8 @@ class Manifest:
     #: Whether a journal was found or written: without one, the snapshot
     #: already says everything and ``compact`` has nothing to fold.
     _journaled: bool = attrs.field(default=False, init=False, repr=False)
+    #: Where ``load`` found the folded snapshot, and ``compact`` leaves the new one.
+    _snapshots: FileMemo | None = attrs.field(default=None, init=False, repr=False)
 
     @property
     def snapshot_path(self) -> Path:
@@ -237,26 +240,49 @@ class Manifest:
         return self.directory / f"{self.owner}{TMP_SUFFIX}"
 
     @classmethod
-    def load(cls, owner: str, directory: Path) -> Manifest:
+    def load(cls, owner: str, directory: Path, snapshots: FileMemo | None = None) -> Manifest:
         """Read the snapshot and journal, refusing both unless private and well formed.
 
         A snapshot a killed compaction left half written (``<owner>.json.tmp``)
         is removed: the journal it was folding in is still there.  The caller
         holds the owner's lock, and the node lock keeps other processes out.
+        ``snapshots`` keeps the folded snapshot while the file is unchanged
+        (``mokka.filememo``), so a converge reads and checks it only after
+        it changed; the journal, almost always absent, is read every time.
         """
         manifest = cls(owner=owner, directory=directory)
+        manifest._snapshots = snapshots
         if not check_private_dir(directory):
             return manifest
         with contextlib.suppress(FileNotFoundError):
             os.unlink(manifest.tmp_path)
-        snapshot = read_private(manifest.snapshot_path)
-        if snapshot is not None:
-            manifest._fold_snapshot(snapshot)
+        manifest._read_snapshot()
         journal = read_private(manifest.journal_path)
         if journal is not None:
             manifest._fold_journal(journal)
             manifest._journaled = True
         return manifest
+
+    def _read_snapshot(self) -> None:
+        """Fold the snapshot in, from ``_snapshots`` while the file is the one kept there."""
+        path = str(self.snapshot_path)
+        signature = file_signature(path) if self._snapshots is not None else None
+        if self._snapshots is not None:
+            kept = self._snapshots.get(path, signature)
+            if kept is not MISSING:
+                entries, backups = kept  # type: ignore[misc]  # what ``_keep_snapshot`` stores
+                self.entries, self.backups = dict(entries), dict(backups)
+                return
+        snapshot = read_private(self.snapshot_path)
+        if snapshot is not None:
+            self._fold_snapshot(snapshot)
+            self._keep_snapshot(signature)
+
+    def _keep_snapshot(self, signature: tuple[int, ...] | None) -> None:
+        """Remember the snapshot as folded now, under ``signature`` (``None``: forget it)."""
+        if self._snapshots is not None:
+            self._snapshots.keep(str(self.snapshot_path), signature,
+                                 (dict(self.entries), dict(self.backups)))
 
     def _fold_snapshot(self, raw: bytes) -> None:
         source = self.snapshot_path
@@ -388,6 +414,7 @@ class Manifest:
             # changed nothing): rewriting it would only cost a write.
             return
         if not self.entries:
+            self._keep_snapshot(None)
             for path in (self.tmp_path, self.snapshot_path, self.journal_path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
@@ -400,6 +427,8 @@ class Manifest:
         data = json.dumps({"entries": self.entries, "backups": self.backups})
         write_private(self.tmp_path, data.encode())
         os.replace(self.tmp_path, self.snapshot_path)
+        # What was just written is what memory holds: the next load need not read it.
+        self._keep_snapshot(file_signature(str(self.snapshot_path)))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.journal_path)
 

@@ -14,12 +14,12 @@ its trust checks.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 from mokka.errors import UntrustedBookkeepingError
+from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.manifest import read_private
 
 #: A file that failed its trust checks or could not be read: it lists nothing.
@@ -33,7 +33,7 @@ class OwnerListings:
     """
 
     def __init__(self) -> None:
-        self._files: dict[str, tuple[tuple[int, ...], object]] = {}
+        self._files = FileMemo()
 
     def lists(self, directory: Path, owner: str, key: str) -> bool:
         """Whether ``owner``'s manifest records ``key`` as a directory it created.
@@ -57,24 +57,21 @@ class OwnerListings:
         """``parse`` of the file's content, from the cache while its signature holds;
         ``None`` when there is no such file."""
         try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return None
+            signature = file_signature(path)
         except OSError:
             return _REFUSED
-        signature = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                     st.st_mode, st.st_uid, st.st_gid)
-        cached = self._files.get(path)
-        if cached is not None and cached[0] == signature:
-            return cached[1]
+        if signature is None:
+            return None
+        cached = self._files.get(path, signature)
+        if cached is not MISSING:
+            return cached
         try:
             content = read_private(Path(path))
         except (UntrustedBookkeepingError, OSError):
             parsed: object = _REFUSED
         else:
             parsed = None if content is None else parse(content)
-        # The signature taken before the read: a change meanwhile reads it again next time.
-        self._files[path] = (signature, parsed)
+        self._files.keep(path, signature, parsed)
         return parsed
 
 

@@ -12,6 +12,7 @@ from mokka import layout
 from mokka.errors import SpecError
 from mokka.simulators.gpudriver.engine_config import (
     FORMAT_VERSION,
+    DeviceBlocks,
     fabric_marker_relative_path,
     nvml_bus_id,
     render_engine_config,
@@ -122,6 +123,39 @@ def test_strings_are_escaped_and_floats_stay_floats():
 
 def test_deterministic_and_pure():
     assert render_engine_config(h100()) == render_engine_config(h100())
+
+
+def with_fields(state, position: int, **fields):
+    """``state`` with profile fields of the GPU at ``position`` set (others kept, in order)."""
+    gpu = state.gpus[position]
+    gpus = list(state.gpus)
+    gpus[position] = attrs.evolve(gpu, fields={**gpu.fields, **fields})
+    return attrs.evolve(state, gpus=tuple(gpus))
+
+
+def test_kept_device_blocks_render_exactly_what_a_fresh_render_does():
+    """Each GPU's lines are reused only while its fields are the same in type and order too."""
+    blocks = DeviceBlocks()
+    base = with_fields(h100(), 1, knob=1, table={"a": 1, "b": [1, 2]})
+    fewer = attrs.evolve(base, gpus=base.gpus[:4])
+    shifted = attrs.evolve(base, gpus=base.gpus[1:])
+    steps = [
+        base,
+        h100(),  # an equal state compiled again: every block reused
+        base,
+        with_fields(base, 1, knob=True),  # 1 == True to Python, "true" to the library
+        with_fields(base, 1, knob=1.0),
+        with_fields(base, 1, table={"b": [1, 2], "a": 1}),  # equal dicts, other key order
+        with_fields(base, 1, table={"a": 1, "b": [1, 2.0]}),
+        fewer,  # the node shrank: positions past it are dropped
+        base,
+        shifted,  # every GPU at a new position
+        with_fields(base, 7, name_suffix="x"),
+    ]
+    for step, state in enumerate(steps):
+        assert render_engine_config(state, blocks) == render_engine_config(state), step
+    assert "device.1.knob: 1\n" in render_engine_config(base, blocks)
+    assert "device.1.knob: true\n" in render_engine_config(with_fields(base, 1, knob=True), blocks)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from mokka.layout import OVERRIDES
 from mokka.state.overrides import update_overrides
 from mokka.state.sources import ControlPlaneSource, FileSource, SourceUpdate, make_source
 from mokka.state.sources.file import watch_plan
-from mokka.state.sources.inotify import IN_CLOSE_WRITE, Event
+from mokka.state.sources.inotify import IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, Event
 from tests.support import DATA
 
 PROFILE = (DATA / "profiles" / "minimal.yaml").read_text()
@@ -256,6 +256,12 @@ class FakeInotify:
     def touch(self, path: Path) -> None:
         self.send.send_nowait(Event(self.dirs[str(path.parent)], IN_CLOSE_WRITE, 0, path.name))
 
+    def rename(self, source: Path, target: Path) -> None:
+        """The events of ``rename(source, target)`` within one watched directory."""
+        wd = self.dirs[str(target.parent)]
+        self.send.send_nowait(Event(wd, IN_MOVED_FROM, 7, source.name))
+        self.send.send_nowait(Event(wd, IN_MOVED_TO, 7, target.name))
+
 
 async def test_bursts_are_debounced(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
     profile = tmp_path / "profile.yaml"
@@ -288,6 +294,46 @@ async def test_bursts_are_debounced(tmp_path: Path, autojump_clock: trio.abc.Clo
             update = await generation(out, 3)
             chatter.cancel_scope.cancel()
         assert update.at - start == pytest.approx(1.0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_rename_onto_the_file_is_read_at_once(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """A rename lands a whole file: no quiet period after it, even in the middle of a burst."""
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE)
+    fake = FakeInotify()
+    source = make(profile, debounce=0.1, max_delay=1.0, open_inotify=lambda: fake,
+                  offload=inline)
+    out = trio_util.AsyncValue(None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(source.run, out)
+        start = trio.current_time()
+        (tmp_path / ".profile.yaml.swp").write_text(CHANGED)
+        os.rename(tmp_path / ".profile.yaml.swp", profile)
+        fake.rename(tmp_path / ".profile.yaml.swp", profile)
+        update = await generation(out, 2)
+        assert update.at - start == 0
+        # A burst of in-place writes waits for quiet, until a rename ends it.
+        start = trio.current_time()
+        profile.write_text(PROFILE)
+        fake.touch(profile)
+        await trio.sleep(0.05)
+        fake.touch(profile)
+        await trio.sleep(0.05)
+        (tmp_path / ".profile.yaml.swp").write_text(CHANGED.replace("Rev 2", "Rev 3"))
+        os.rename(tmp_path / ".profile.yaml.swp", profile)
+        fake.rename(tmp_path / ".profile.yaml.swp", profile)
+        update = await generation(out, 3)
+        assert update.at - start == pytest.approx(0.1)
+        assert "Rev 3" in update.state.gpus[0].name
+        assert source.statistics().reloads == 3
+        # The temp name going away alone is noise, not a change.
+        fake.send.send_nowait(Event(fake.dirs[str(tmp_path)], IN_MOVED_FROM, 8,
+                                    ".profile.yaml.swp"))
+        await trio.sleep(1)
+        assert source.statistics().reloads == 3
         nursery.cancel_scope.cancel()
 
 

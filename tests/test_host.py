@@ -727,9 +727,9 @@ def test_an_unchanged_converge_reads_no_manifest_and_writes_nothing(
     loads: list[str] = []
     real_load = Manifest.load.__func__
 
-    def counting_load(cls, owner: str, directory: Path) -> Manifest:
+    def counting_load(cls, owner: str, directory: Path, snapshots=None) -> Manifest:
         loads.append(owner)
-        return real_load(cls, owner, directory)
+        return real_load(cls, owner, directory, snapshots)
 
     monkeypatch.setattr(Manifest, "load", classmethod(counting_load))
     for _ in range(3):
@@ -783,7 +783,8 @@ def test_drift_since_the_last_converge_is_put_right(
     loads: list[str] = []
     real_load = Manifest.load.__func__
     monkeypatch.setattr(Manifest, "load", classmethod(
-        lambda cls, owner, directory: loads.append(owner) or real_load(cls, owner, directory)
+        lambda cls, owner, directory, snapshots=None:
+        loads.append(owner) or real_load(cls, owner, directory, snapshots)
     ))
     report = host.converge("t", wanted)
     assert loads == ["t"]

@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "mokka.settled": 2,
     "mokka.shared_dirs": 2,
     "mokka.writebatch": 2,
+    "mokka.filememo": 2,
     "mokka.fsops": 2,
     "mokka.noderoot": 2,
     "mokka.recording": 2,

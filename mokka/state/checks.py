@@ -311,8 +311,16 @@ def deep_merge(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
+#: The scalar types YAML produces, told apart by ``type`` alone: an ABC
+#: ``isinstance`` costs a cache lookup, and a profile's per-device merge
+#: copies tens of thousands of scalars.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _copy(value: Any) -> Any:
     """A deep copy of the containers YAML produces (scalars are immutable and shared)."""
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, Mapping):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -47,7 +47,7 @@ from mokka.simulators.gpudriver.binaries import (
     smi_artifacts,
 )
 from mokka.simulators.gpudriver.devices import device_artifacts
-from mokka.simulators.gpudriver.engine_config import render_engine_config
+from mokka.simulators.gpudriver.engine_config import DeviceBlocks, render_engine_config
 from mokka.simulators.gpudriver.procfs import procfs_artifacts
 from mokka.simulators.gpudriver.settings import GpuDriverSettings, add_arguments
 from mokka.simulators.registry import SimulatorPlugin
@@ -75,21 +75,26 @@ class _Plan:
     smi: SmiChoice
 
 
-def _plan_on(host: Host, state: State, settings: GpuDriverSettings) -> _Plan:
+def _plan_on(
+    host: Host, state: State, settings: GpuDriverSettings, blocks: DeviceBlocks | None = None
+) -> _Plan:
     """``_plan``, noting that which ``nvidia-smi`` it stages depends on the machine's own
     files (``Host.depends_on``): one installed later is staged at the next resync."""
     for path in (settings.nvidia_smi_binary, settings.installed_nvidia_smi):
         host.depends_on(path)
-    return _plan(state, settings)
+    return _plan(state, settings, blocks)
 
 
-def _plan(state: State, settings: GpuDriverSettings) -> _Plan:
+def _plan(
+    state: State, settings: GpuDriverSettings, blocks: DeviceBlocks | None = None
+) -> _Plan:
     """Decide every artifact; raises before any write if something is missing.
 
     Runs in a worker thread: it stats the native artifacts and the image's
     nvidia-smi, and renders the engine config (a few hundred KiB for large
     profiles).  Raises ``NativeArtifactMissing`` when the library is not
-    built and ``SpecError`` when the state cannot be rendered.
+    built and ``SpecError`` when the state cannot be rendered.  ``blocks``:
+    the GPUs' rendered engine config lines from the last plan (``DeviceBlocks``).
     """
     smi = choose_nvidia_smi(settings.nvidia_smi_binary, settings.installed_nvidia_smi)
     config: list[Artifact] = [
@@ -97,7 +102,7 @@ def _plan(state: State, settings: GpuDriverSettings) -> _Plan:
         # our files: CDI bind-mounts it whole and override renames inside it
         # must stay visible in containers.
         Directory(layout.CONFIG_DIR),
-        File(layout.ENGINE_CONFIG, render_engine_config(state), CONFIG_MODE),
+        File(layout.ENGINE_CONFIG, render_engine_config(state, blocks), CONFIG_MODE),
     ]
     return _Plan(
         batches={
@@ -166,13 +171,17 @@ class GpuDriverSimulator:
     _published: str | None = attrs.field(default=None, init=False)
     _apply_error: str | None = attrs.field(default=None, init=False)
     _summary: str = attrs.field(default="", init=False)
+    #: Each GPU's engine config lines from the last plan (one plan at a time:
+    #: the single reconcile task stages).
+    _blocks: DeviceBlocks = attrs.field(factory=DeviceBlocks, init=False)
 
     # ---- Simulator -----------------------------------------------------
 
     async def stage(self, host: Host, state: State) -> None:
         """Converge the driver tree onto ``state`` (all batches in parallel)."""
         try:
-            plan = await trio.to_thread.run_sync(_plan_on, host, state, self.settings)
+            plan = await trio.to_thread.run_sync(_plan_on, host, state, self.settings,
+                                                 self._blocks)
         except NativeArtifactMissing as exc:
             self._stage_error = f"mock NVML library not built: {exc}"
             raise

@@ -101,7 +101,59 @@ def fabric_marker_relative_path() -> str:
     return os.path.relpath(layout.FABRIC_READY_MIRROR, os.path.dirname(layout.ENGINE_CONFIG))
 
 
-def render_engine_config(state: State) -> str:
+class DeviceBlocks:
+    """Each position's last rendered ``device.<position>.*`` lines, with what they came from.
+
+    A profile change rarely touches every GPU (8 -> 4 keeps four), and a
+    repair pass touches none, yet flattening and formatting a GPU's few
+    hundred fields is most of a render.  A GPU whose resolved fields and
+    profile fields are both the same as the last ones at its position gets
+    the same lines: rendering is a function of exactly those two.  "The
+    same" is ``_identical``, not ``==``: ``1 == 1.0 == True`` to Python,
+    but each is written differently.  Kept by the simulator that renders,
+    for the life of the process.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, tuple[list[tuple[str, Any]], Mapping[str, Any], list[str]]] = {}
+
+    def lines(self, state: State, position: int, gpu: Gpu) -> list[str]:
+        """The formatted lines of one GPU's block (``_device_entries`` then ``_format_line``)."""
+        typed = list(_typed_device_fields(state, gpu))
+        kept = self._blocks.get(position)
+        if kept is not None and _identical(kept[0], typed) and _identical(kept[1], gpu.fields):
+            return kept[2]
+        lines = [_format_line(key, value) for key, value in _device_entries(position, gpu, typed)]
+        self._blocks[position] = (typed, gpu.fields, lines)
+        return lines
+
+    def forget_beyond(self, count: int) -> None:
+        """Drop the blocks of positions past ``count`` GPUs (a node that shrank)."""
+        for position in [p for p in self._blocks if p >= count]:
+            del self._blocks[position]
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal, with the same types and the same key order all the way down (what
+    ``_flatten`` and ``_format_value`` write depends on all three)."""
+    # The C comparison first: it rejects almost every change, and once it
+    # holds, only the types and the order are left to compare.
+    return a is b or (a == b and _same_shape(a, b))
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    """For ``a == b``: the same types, and the same key order, all the way down."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return all(type(ka) is type(kb) and ka == kb and _same_shape(va, vb)
+                   for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True))
+    if type(a) is list or type(a) is tuple:
+        return all(map(_same_shape, a, b))
+    return True
+
+
+def render_engine_config(state: State, blocks: DeviceBlocks | None = None) -> str:
     """The engine config text for ``state`` (deterministic for equal states).
 
     Raises ``SpecError`` when a value cannot be represented (a newline in a
@@ -110,7 +162,8 @@ def render_engine_config(state: State) -> str:
     Order: ``format`` first (the reader checks it before anything else),
     then the node-wide keys, then one block per GPU in state order.  The
     order is fixed so equal states give byte-equal files and a re-stage
-    rewrites nothing.
+    rewrites nothing.  ``blocks`` reuses the lines of GPUs unchanged since
+    the last render (``DeviceBlocks``); the text is the same either way.
     """
     if len(state.gpus) > MAX_DEVICES:
         raise SpecError(
@@ -126,14 +179,18 @@ def render_engine_config(state: State) -> str:
     entries.extend(_nvlink_entries(state))
     entries.extend(_xid_entries(state))
     entries.append(("device_count", len(state.gpus)))
-    for position, gpu in enumerate(state.gpus):
-        entries.extend(_device_entries(state, position, gpu))
 
     lines = [
         "# Engine config of the mock NVML library (format described in docs/engine-config.md).",
         "# Written by the mokka node daemon; edits are overwritten on the next pass.",
     ]
     lines.extend(_format_line(key, value) for key, value in entries)
+    if blocks is None:
+        blocks = DeviceBlocks()
+    else:
+        blocks.forget_beyond(len(state.gpus))
+    for position, gpu in enumerate(state.gpus):
+        lines.extend(blocks.lines(state, position, gpu))
     return "\n".join(lines) + "\n"
 
 
@@ -174,10 +231,13 @@ def _xid_entries(state: State) -> Iterator[tuple[str, Any]]:
         yield f"xid.{i}.code", xid.code
 
 
-def _device_entries(state: State, position: int, gpu: Gpu) -> list[tuple[str, Any]]:
-    """Every ``device.<position>.*`` entry of one GPU: profile fields, then typed ones."""
+def _device_entries(
+    position: int, gpu: Gpu, typed_fields: list[tuple[str, Any]]
+) -> list[tuple[str, Any]]:
+    """Every ``device.<position>.*`` entry of one GPU: profile fields, then the typed
+    ones (``_typed_device_fields``)."""
     prefix = f"device.{position}"
-    typed = dict(_typed_device_fields(state, gpu))
+    typed = dict(typed_fields)
     # Generic profile fields first, then the typed ones on top: the typed
     # values are already resolved (NVML spellings, folded clique, overrides)
     # and must win over the raw profile field of the same name.

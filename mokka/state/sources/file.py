@@ -14,7 +14,12 @@ in one of them changes:
 * ``mokka ctl``: the same rename, in the driver's config directory.
 
 Bursts are debounced (``debounce`` seconds of quiet, via ``trio.sleep`` so
-tests under ``autojump_clock`` cover it), then everything is re-read in one
+tests under ``autojump_clock`` cover it), except that a rename onto a
+watched name ends the wait at once: a rename lands a whole file, and every
+writer above publishes that way, so waiting for quiet after one only adds
+the debounce to every change.  The debounce is for in-place writes
+(``IN_CLOSE_WRITE``), which a writer may make in several steps (a
+truncate, then an append).  Then everything is re-read in one
 worker thread, the watch set is recomputed (a swapped ``..data`` points
 somewhere new) and the inputs are compiled.  A new generation is published
 only when the content hash changed; a parse or validation error publishes
@@ -217,7 +222,8 @@ class FileSource:
 
         The resync timer runs from the end of the last read.  After the
         first relevant event, each further one restarts the ``debounce``
-        quiet period, all of it bounded by ``max_delay``.  A resync that
+        quiet period, all of it bounded by ``max_delay``; a rename onto a
+        watched name ends it at once (the module docstring).  A resync that
         falls due during a burst ends the wait as a resync.
         """
         interval = self.resync_interval if self.resync_interval > 0 else math.inf
@@ -225,24 +231,25 @@ class FileSource:
             if self._resync_requested:
                 self._waiting.cancel()
             with trio.move_on_after(interval) as timer:
-                await self._next_relevant()
+                whole = await self._next_relevant()
                 with trio.move_on_after(self.max_delay):
-                    while True:
+                    while not whole:
                         with trio.move_on_after(self.debounce) as quiet:
-                            await self._next_relevant()
+                            whole = await self._next_relevant()
                         if quiet.cancelled_caught:
                             break
         self._waiting = None
         requested, self._resync_requested = self._resync_requested, False
         return timer.cancelled_caught or requested
 
-    async def _next_relevant(self) -> None:
-        """Until a read of the descriptor holds at least one relevant event."""
+    async def _next_relevant(self) -> bool:
+        """Until a read of the descriptor holds at least one relevant event;
+        whether it held a rename onto a watched name (``WatchSet.changed``)."""
         if self._watch is None:
             await trio.sleep_forever()
         assert self._watch is not None
         try:
-            await self._watch.changed()
+            return await self._watch.changed()
         finally:
             self._events = self._watch.events
 

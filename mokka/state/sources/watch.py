@@ -20,6 +20,7 @@ from mokka.state.sources.inotify import (
     IN_DELETE_SELF,
     IN_IGNORED,
     IN_MOVE_SELF,
+    IN_MOVED_TO,
     IN_Q_OVERFLOW,
     Event,
     Inotify,
@@ -158,15 +159,22 @@ class WatchSet:
             return bool(ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF))
         return ev.name in entry[1]
 
-    async def changed(self) -> None:
-        """Until a read of the descriptor holds at least one relevant event."""
+    async def changed(self) -> bool:
+        """Until a read of the descriptor holds at least one relevant event.
+
+        Returns whether one of them was a file renamed onto a watched name
+        (``IN_MOVED_TO``): an editor's save, ``mokka ctl``'s write, the
+        kubelet's ``..data`` swap.  A rename lands a whole file at once, so
+        there is nothing more of that write to wait for.
+        """
         while True:
             events = await self.inotify.read_events()
             self.events += len(events)
             # A list, not a generator: ``relevant`` forgets dropped watches as
             # a side effect, so every event must be seen, not just up to the first hit.
-            if any([self.relevant(ev) for ev in events]):
-                return
+            hits = [ev for ev in events if self.relevant(ev)]
+            if hits:
+                return any(ev.mask & IN_MOVED_TO for ev in hits)
 
     def close(self) -> None:
         self.inotify.close()
