@@ -104,3 +104,17 @@ async def wait_for_count(counter, expected: int) -> None:
     await counter.wait_value(lambda value: value >= expected)
     await trio.testing.wait_all_tasks_blocked()
     assert counter.value == expected, f"expected exactly {expected}, counted {counter.value}"
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch, module: object) -> list[str]:
+    """The names of the bookkeeping files ``module`` reads through its ``read_private``
+    from now on, in order."""
+    seen: list[str] = []
+    real = module.read_private  # type: ignore[attr-defined]
+
+    def read_private(path: Path) -> bytes | None:
+        seen.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(module, "read_private", read_private)
+    return seen

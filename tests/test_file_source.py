@@ -263,12 +263,18 @@ class FakeInotify:
         self.send.send_nowait(Event(wd, IN_MOVED_TO, 7, target.name))
 
 
-async def test_bursts_are_debounced(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+def on_fake_inotify(tmp_path: Path) -> tuple[Path, FakeInotify, FileSource]:
+    """A profile, events on demand for it, and a source following it with a 0.1 s debounce."""
     profile = tmp_path / "profile.yaml"
     profile.write_text(PROFILE)
     fake = FakeInotify()
     source = make(profile, debounce=0.1, max_delay=1.0, open_inotify=lambda: fake,
                   offload=inline)
+    return profile, fake, source
+
+
+async def test_bursts_are_debounced(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    profile, fake, source = on_fake_inotify(tmp_path)
     out = trio_util.AsyncValue(None)
     async with trio.open_nursery() as nursery:
         await nursery.start(source.run, out)
@@ -301,11 +307,7 @@ async def test_a_rename_onto_the_file_is_read_at_once(
     tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:
     """A rename lands a whole file: no quiet period after it, even in the middle of a burst."""
-    profile = tmp_path / "profile.yaml"
-    profile.write_text(PROFILE)
-    fake = FakeInotify()
-    source = make(profile, debounce=0.1, max_delay=1.0, open_inotify=lambda: fake,
-                  offload=inline)
+    profile, fake, source = on_fake_inotify(tmp_path)
     out = trio_util.AsyncValue(None)
     async with trio.open_nursery() as nursery:
         await nursery.start(source.run, out)

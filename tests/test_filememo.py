@@ -12,21 +12,13 @@ import mokka.manifest
 from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.host import File, Host
-from tests.support import snapshot
+from tests.support import count_reads, snapshot
 
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The bookkeeping files ``Manifest.load`` reads, by name."""
-    seen: list[str] = []
-    real = mokka.manifest.read_private
-
-    def read_private(path: Path) -> bytes | None:
-        seen.append(path.name)
-        return real(path)
-
-    monkeypatch.setattr(mokka.manifest, "read_private", read_private)
-    return seen
+    return count_reads(monkeypatch, mokka.manifest)
 
 
 def test_a_kept_value_answers_only_for_the_signature_it_was_kept_under(tmp_path: Path):

@@ -11,21 +11,13 @@ import pytest
 import mokka.shared_dirs
 from mokka.host import File, Host
 from mokka.shared_dirs import OwnerListings
-from tests.support import snapshot
+from tests.support import count_reads, snapshot
 
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The bookkeeping files ``OwnerListings`` reads, by name."""
-    seen: list[str] = []
-    real = mokka.shared_dirs.read_private
-
-    def read_private(path: Path) -> bytes | None:
-        seen.append(path.name)
-        return real(path)
-
-    monkeypatch.setattr(mokka.shared_dirs, "read_private", read_private)
-    return seen
+    return count_reads(monkeypatch, mokka.shared_dirs)
 
 
 def journal(directory: Path, owner: str, *records: dict) -> None:
