@@ -265,9 +265,9 @@ class Manifest:
 
     def _read_snapshot(self) -> None:
         """Fold the snapshot in, from ``_snapshots`` while the file is the one kept there."""
-        path = str(self.snapshot_path)
-        signature = file_signature(path) if self._snapshots is not None else None
+        path, signature = str(self.snapshot_path), None
         if self._snapshots is not None:
+            signature = file_signature(path)  # before the read: see ``FileMemo``
             kept = self._snapshots.get(path, signature)
             if kept is not MISSING:
                 entries, backups = kept  # type: ignore[misc]  # what ``_keep_snapshot`` stores
