@@ -366,6 +366,33 @@ async def test_retract_narrows_the_specs_before_stage_removes_anything(
     assert snapshot(node_root) == before
 
 
+@pytest.mark.parametrize("garbage", [b"\xff\xfe\x00 not text", b"devices: [unclosed"])
+async def test_a_spec_someone_else_damaged_is_withdrawn_until_apply_writes_it_anew(
+    host: Host, node_root: Path, garbage: bytes
+) -> None:
+    """Narrowing cannot read it (not UTF-8, not YAML): the pass goes on without it, the
+    readable spec narrowed as ever, and Apply writes it anew."""
+    before = snapshot(node_root)
+    simulator = sim()
+    eight = h100_state(8)
+    stage_driver(host, eight)
+    await simulator.apply(host, eight)
+    (node_root / cdi.SPEC_PATH.lstrip("/")).write_bytes(garbage)
+    four = h100_state(4)
+    await simulator.retract(host, four)
+    # Converged to the one spec narrowing could read: the damaged one, which
+    # names who knows what, is withdrawn until Apply.
+    assert not (node_root / cdi.SPEC_PATH.lstrip("/")).exists()
+    nri_names = [d["name"] for d in load_spec(node_root, cdi.NRI_SPEC_PATH)["devices"]]
+    assert nri_names == ["0", "1", "2", "3"]
+    stage_driver(host, four)
+    await simulator.apply(host, four)
+    names = [d["name"] for d in load_spec(node_root, cdi.SPEC_PATH)["devices"]]
+    assert names == ["0", uuid(0), "1", uuid(1), "2", uuid(2), "3", uuid(3), "all"]
+    await teardown(simulator, host)
+    assert snapshot(node_root) == before
+
+
 async def test_retract_leaves_the_applied_state_alone(host: Host, node_root: Path) -> None:
     before = snapshot(node_root)
     simulator = sim()

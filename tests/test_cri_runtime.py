@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mokka.errors import CommandError
 from mokka.host import Host
 from mokka.simulators.cri import CriSettings, CriSimulator, tomlwriter
 from mokka.simulators.cri import runtime as runtime_mod
@@ -416,6 +417,17 @@ async def test_nvidia_ctk_failure_is_not_ready_and_retried(
     await teardown(simulator, host)
     host.discard_all()
     assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+
+
+@pytest.mark.parametrize(
+    ("written", "problem"),
+    [(b"\xff\xfe version = 2", "not UTF-8 text"), (b"[plugins", "not valid TOML")],
+)
+def test_a_dropin_nvidia_ctk_left_unreadable_is_one_error_naming_it(
+    written: bytes, problem: str
+) -> None:
+    with pytest.raises(CommandError, match=f"/etc/containerd/d/50.toml: {problem} after "):
+        runtime_mod._parse("/etc/containerd/d/50.toml", written)
 
 
 async def test_missing_toolkit_in_the_image_is_not_ready(

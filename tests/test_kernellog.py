@@ -485,15 +485,17 @@ async def test_an_xid_for_a_missing_gpu_is_skipped(
     await sim.discard(host)
 
 
+@pytest.mark.parametrize("damage", [b"{not json", b"\xff\xfe{\"xids\": []}"])
 async def test_a_damaged_announced_file_announces_again(
-    host: Host, node_root: Path, kmsg_file: Path, autojump_clock: trio.abc.Clock
+    host: Host, node_root: Path, kmsg_file: Path, autojump_clock: trio.abc.Clock,
+    damage: bytes,
 ) -> None:
     sim = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, make_state(("x1", 0, 79)))
         await wait_for_count(sim.written, 1)
         nursery.cancel_scope.cancel()
-    (node_root / ANNOUNCED.lstrip("/")).write_text("{not json")
+    (node_root / ANNOUNCED.lstrip("/")).write_bytes(damage)
     again = KernelLogSimulator(settings=KernelLogSettings(style="raw"))
     async with trio.open_nursery() as nursery:
         await nursery.start(again.run, host, make_state(("x1", 0, 79)))

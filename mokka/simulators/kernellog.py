@@ -389,7 +389,9 @@ def _load(host: Host) -> _Announced:
     """What an earlier process announced (nothing when the file is absent)."""
     path = host.resolve(ANNOUNCED, follow_last=True)
     try:
-        text = path.read_text()
+        # Undecodable bytes become U+FFFD, which no JSON string of ids holds:
+        # a file damaged that way is refused by ``parse`` like any other.
+        text = path.read_bytes().decode(errors="replace")
     except FileNotFoundError:
         return _Announced()
     return _Announced.parse(text, str(path))

@@ -374,8 +374,8 @@ def narrow(host: Host, state: State, *, nri: bool = True) -> bool:
     for path in (SPEC_PATH, NRI_SPEC_PATH):
         try:
             text = host.read_text(path)
-        except (OSError, HostPathError):
-            continue
+        except (OSError, HostPathError, UnicodeDecodeError):
+            continue  # gone, or not text at all: Apply rewrites it whole
         try:
             doc = yaml.load(text, Loader=_Loader)
         except yaml.YAMLError:

@@ -248,10 +248,10 @@ class RuntimeSetup:
                 f"nvidia-ctk runtime configure failed (exit {result.returncode}): "
                 f"{(result.stderr or result.stdout).strip()}"
             )
-        text = host.read_text(dropin)
-        if text.encode() == PLACEHOLDER:
+        written = host.read_bytes(dropin)
+        if written == PLACEHOLDER:
             raise CommandError(f"nvidia-ctk runtime configure did not write {dropin}")
-        doc = _parse(dropin, text)
+        doc = _parse(dropin, written)
         if not _has_runtime(doc):
             raise CommandError(
                 f"{dropin}: nvidia-ctk wrote no '{RUNTIME_NAME}' runtime entry; expected "
@@ -383,9 +383,11 @@ class RuntimeSetup:
             logger.info("containerd restart queued")
 
 
-def _parse(path: str, text: str) -> dict:
+def _parse(path: str, written: bytes) -> dict:
     """The drop-in as TOML, or a ``CommandError`` naming it (never a half-parsed write)."""
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(written.decode())
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"{path}: not UTF-8 text after nvidia-ctk ran: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise CommandError(f"{path}: not valid TOML after nvidia-ctk ran: {exc}") from exc
