@@ -184,6 +184,20 @@ async def test_the_hosts_proc_devices_is_the_base_on_a_real_root(
     assert snapshot(node_root) == before
 
 
+async def test_a_proc_devices_that_is_not_text_fails_the_stage_before_any_write(
+    host: Host, node_root: Path
+) -> None:
+    (node_root / "proc").mkdir()
+    (node_root / "proc" / "devices").write_bytes(b"Character devices:\n\xff\xfe 1 mem\n")
+    before = snapshot(node_root)
+    sim = ImexSimulator(settings=ImexSettings(channel_count=1))
+    with pytest.raises(SpecError, match=r"devices: not text \(invalid start byte at byte 19\)"):
+        await sim.stage(host, make_state())
+    assert snapshot(node_root) == before
+    assert not sim.readiness.ready
+    assert "not text" in sim.readiness.reason
+
+
 async def test_a_taken_major_fails_the_stage_before_any_write(host: Host, node_root: Path) -> None:
     (node_root / "proc").mkdir()
     (node_root / "proc" / "devices").write_text(

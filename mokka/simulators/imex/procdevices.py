@@ -58,7 +58,14 @@ def read_base(host: Host) -> BaseText:
     """
     real = host.resolve("/proc/devices", follow_last=True)
     if real.is_file():
-        return BaseText(real.read_text(), str(real))
+        try:
+            return BaseText(real.read_bytes().decode(), str(real))
+        except UnicodeDecodeError as exc:
+            # Refused like any other malformed base: before any write, one line.
+            raise SpecError(
+                f"{real}: not text ({exc.reason} at byte {exc.start}); expected the "
+                "kernel's list of character and block devices"
+            ) from None
     return BaseText(SAMPLE.read_text(), str(SAMPLE))
 
 
