@@ -78,10 +78,7 @@ from mokka.errors import (
 from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of
 from mokka.filememo import FileMemo
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import (
-    TMP_SUFFIX,
-    Manifest,
-)
+from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.noderoot import norm as node_norm
 from mokka.recording import absorb_own_writes, note_looked_at, note_outside, record
@@ -89,7 +86,7 @@ from mokka.recording import current as current_activity
 from mokka.recording import unchanged as still_unchanged
 from mokka.settled import RECORDING, Activity, Settled
 from mokka.shared_dirs import OwnerListings
-from mokka.statedir import StateDir
+from mokka.statedir import StateDir, bookkeeping_owner
 
 if TYPE_CHECKING:
     import subprocess
@@ -184,21 +181,29 @@ class Host:
         followed unless ``follow_last`` (we create, replace or remove *that*
         entry).
         """
-        note_looked_at(self.paths, path, follow_last)
-        return self.paths.resolve(path, follow_last=follow_last)
+        return self.paths.real(self._looked_at(path, follow_last))
 
     def exists(self, path: str) -> bool:
         """Whether a node path exists (a dangling link counts); an escaping path does not."""
-        note_looked_at(self.paths, path, False)
         try:
-            return os.path.lexists(self.paths.resolve(path))
+            return os.path.lexists(self.paths.real(self._looked_at(path, False)))
         except HostPathError:
             return False
 
     def read_bytes(self, path: str) -> bytes:
         """A node file's content, symlinks followed inside the root."""
-        note_looked_at(self.paths, path, True)
-        return self.paths.resolve(path, follow_last=True).read_bytes()
+        return self.paths.real(self._looked_at(path, True)).read_bytes()
+
+    def _looked_at(self, path: str | os.PathLike[str], follow_last: bool) -> list[str]:
+        """``path`` resolved (``NodeRoot.resolve_parts``), and noted for a recorded call
+        with what is there now: one resolution serves both."""
+        try:
+            parts = self.paths.resolve_parts(path, follow_last=follow_last)
+        except HostPathError:
+            note_looked_at(self.paths, path, follow_last)  # noted as outside the root
+            raise
+        note_looked_at(self.paths, path, follow_last, parts)
+        return parts
 
     def read_text(self, path: str) -> str:
         """A node file's content as UTF-8 text."""
@@ -381,14 +386,15 @@ class Host:
         from mokka.convergence import Convergence
 
         with self.state.in_use():
-            manifest = Manifest.load(owner, self._manifest_dir(), self.snapshots)
+            manifest_dir = self._manifest_dir()
+            manifest = Manifest.load(owner, manifest_dir, self.snapshots)
             work = Convergence(
                 paths=self.paths,
                 manifest=manifest,
                 dirs_lock=self.dirs_lock,
                 disk_turn=self.disk_turn,
                 listings=self.listings,
-                manifest_dir=self._manifest_dir(),
+                manifest_dir=manifest_dir,
                 state_dir=self.state_dir,
                 run=self.run,
                 previous=settled,
@@ -468,25 +474,13 @@ class Host:
         # left: no owner is left to do it in its discard.
         self.state.cleanup_if_idle()
         # What a failed owner keeps is said above; anything else is news.
-        left = [p for p in self.leftovers() if _bookkeeping_owner(p) not in failed]
+        left = [p for p in self.leftovers() if bookkeeping_owner(p) not in failed]
         if left:
             failures.append(f"left under the root: {', '.join(left)}")
         if failures:
             raise HostPathError("; ".join(failures))
         return ConvergeReport(removed=tuple(removed))
 
-
-
-def _bookkeeping_owner(path: str) -> str:
-    """The owner a bookkeeping file belongs to (``manifests/<owner>.*``, ``backups/<owner>/*``)."""
-    parts = path.split("/")
-    if len(parts) >= 3 and parts[-3] == "backups":
-        return parts[-2]
-    name = parts[-1]
-    for suffix in (TMP_SUFFIX, ".json", ".journal"):
-        if name.endswith(suffix):
-            return name.removesuffix(suffix)
-    return name
 
 
 def _check_owner(owner: str) -> None:

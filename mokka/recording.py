@@ -54,13 +54,23 @@ def current() -> Activity | None:
     return None if activity is None or activity.closed else activity
 
 
-def note_looked_at(paths: NodeRoot, path: str | os.PathLike[str], follow_last: bool) -> None:
-    """Note a node path a recorded call looks at, with what it finds there now."""
+def note_looked_at(
+    paths: NodeRoot,
+    path: str | os.PathLike[str],
+    follow_last: bool,
+    parts: list[str] | None = None,
+) -> None:
+    """Note a node path a recorded call looks at, with what it finds there now.
+
+    ``parts``: the path as the caller has just resolved it
+    (``NodeRoot.resolve_parts``), so the record is of the very entry the
+    caller goes on to use, and the path is not resolved a second time.
+    """
     activity = current()
     if activity is None:
         return
     path = os.fspath(path)
-    found = seen(paths, path, follow_last)
+    found = seen(paths, path, follow_last, parts=parts)
     if found == UNCOMPARABLE:
         activity.opaque = f"looks at {path}"
     activity.looked_at[(path, follow_last)] = found
@@ -106,18 +116,25 @@ def absorb_own_writes(activity: Activity, paths: NodeRoot) -> None:
 
 
 def seen(
-    paths: NodeRoot, path: str, follow_last: bool, cache: ResolveCache | None = None
+    paths: NodeRoot,
+    path: str,
+    follow_last: bool,
+    cache: ResolveCache | None = None,
+    *,
+    parts: list[str] | None = None,
 ) -> Seen:
     """What identifies a looked-at node path's current version (``settled.signature``).
 
     Beneath ``/proc`` or ``/sys`` a file's content changes (a module
     registers a device major) with no change of signature: a file
     there is identified by its content too (``content_signature``).
+    ``parts``: the path already resolved (``note_looked_at``).
     """
-    try:
-        parts = paths.resolve_parts(path, follow_last=follow_last, cache=cache)
-    except HostPathError:
-        return "outside the root"
+    if parts is None:
+        try:
+            parts = paths.resolve_parts(path, follow_last=follow_last, cache=cache)
+        except HostPathError:
+            return "outside the root"
     real = str(paths.real(parts))
     stat_fn = os.stat if follow_last else os.lstat
     if parts and parts[0] in _PSEUDO_FILESYSTEMS:

@@ -41,6 +41,20 @@ from mokka.noderoot import NodeRoot
 
 #: Where releases before the record moved to the top of the root kept it (in the state directory).
 _LEGACY_PARENTS_MARKER = "created-parents.json"
+#: An owner's files in the manifest directory: ``<owner><suffix>``.
+_MANIFEST_SUFFIXES = (".json", ".journal", TMP_SUFFIX)
+
+
+def bookkeeping_owner(path: str) -> str:
+    """The owner a bookkeeping file belongs to (``manifests/<owner>.*``, ``backups/<owner>/*``)."""
+    parts = path.split("/")
+    if len(parts) >= 3 and parts[-3] == "backups":
+        return parts[-2]
+    name = parts[-1]
+    for suffix in _MANIFEST_SUFFIXES:
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
 
 
 @attrs.define(eq=False)
@@ -209,8 +223,7 @@ class StateDir:
         except HostPathError:
             return False
         return any(
-            os.path.lexists(directory / f"{owner}{suffix}")
-            for suffix in (".json", ".journal", TMP_SUFFIX)
+            os.path.lexists(directory / f"{owner}{suffix}") for suffix in _MANIFEST_SUFFIXES
         )
 
     def owners(self) -> list[str]:
@@ -228,7 +241,7 @@ class StateDir:
         return sorted({
             name.removesuffix(suffix)
             for name in os.listdir(directory)
-            for suffix in (".json", ".journal", TMP_SUFFIX)
+            for suffix in _MANIFEST_SUFFIXES
             if name.endswith(suffix) and name != suffix
         })
 
