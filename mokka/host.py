@@ -371,8 +371,15 @@ class Host:
                 return ConvergeReport()
             try:
                 return self._converge(owner, wanted, settled)
-            except OSError as exc:
-                fault = self._fault(owner, exc)
+            except BaseException as exc:
+                # Interrupted (superseded by a newer input, or failed): the last
+                # good record stays the next converge's start.  Sound because
+                # it is only ever trusted entry by entry, on signatures: what
+                # this converge changed no longer matches, and its journal
+                # lines change the bookkeeping signature ``holds`` compares.
+                if settled is not None:
+                    self._settled.setdefault(owner, settled)
+                fault = self._fault(owner, exc) if isinstance(exc, OSError) else None
                 if fault is None:
                     raise
                 raise fault from exc

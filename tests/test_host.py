@@ -23,8 +23,17 @@ import mokka.manifest
 import mokka.removal
 import mokka.shared_dirs
 import mokka.statedir
-from mokka.errors import HostFaultError, HostPathError
-from mokka.host import CharDevice, ConvergeReport, CopyOf, Directory, File, Host, Symlink
+from mokka.errors import HostFaultError, HostPathError, PassSuperseded
+from mokka.host import (
+    GIVE_WAY,
+    CharDevice,
+    ConvergeReport,
+    CopyOf,
+    Directory,
+    File,
+    Host,
+    Symlink,
+)
 from mokka.manifest import Manifest
 from tests.support import ROOT, snapshot
 
@@ -830,6 +839,55 @@ def test_a_changed_converge_skips_only_what_is_exactly_as_it_left_it(
     assert victim.read_bytes() == b"device 1\n"
     assert os.lstat(f"{dev}0").st_ino == inodes[0]
     assert os.lstat(f"{dev}2").st_ino == inodes[2]
+    host.discard("t")
+    assert snapshot(node_root) == {}
+
+
+class GiveWayAfter(threading.Event):
+    """A newer input arriving after ``checks`` paths of a converge (``Host.GIVE_WAY``)."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.checks = checks
+
+    def is_set(self) -> bool:
+        self.checks -= 1
+        return self.checks < 0
+
+
+def superseded(host: Host, owner: str, artifacts: list, after: int) -> None:
+    """``host.converge`` given way to a newer input after ``after`` paths."""
+    token = GIVE_WAY.set(GiveWayAfter(after))
+    try:
+        with pytest.raises(PassSuperseded):
+            host.converge(owner, artifacts)
+    finally:
+        GIVE_WAY.reset(token)
+
+
+def test_a_superseded_converge_leaves_the_last_good_record_to_start_from(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The next converge still skips what is exactly as the last good one left it, and
+    what the interrupted one made in between is found by the manifest, not missed."""
+    prefix = "/var/lib/nvml-mock/driver/dev/nvidia"
+    host.converge("t", files(3))
+    # The fourth path's directories are made (and journaled) at once, its file
+    # only at the batch's commit, which the newer input never lets come.
+    superseded(host, "t", [*files(3), File("/opt/new/x", "x\n"), *files(5)[3:]], after=4)
+    assert (node_root / "opt/new").is_dir()
+    assert not (node_root / "opt/new/x").exists()
+    seen = _placed_paths(monkeypatch)
+    # The last good record's very artifacts: none of them placed again, yet
+    # the node is not taken as unchanged (the journal moved the bookkeeping
+    # signature), so what the interrupted converge made is removed.
+    report = host.converge("t", files(3))
+    assert seen == []
+    assert report.removed == ("/opt/new/x", "/opt/new", "/opt")  # as journaled
+    assert not (node_root / "opt").exists()
+    superseded(host, "t", files(6), after=3)
+    host.converge("t", files(6))
+    assert seen == [f"{prefix}3", f"{prefix}4", f"{prefix}5"]
     host.discard("t")
     assert snapshot(node_root) == {}
 
