@@ -94,7 +94,7 @@ def _snapshot_dirs(content: bytes) -> object:
     """The directories a snapshot records; ``_REFUSED`` for one that is not JSON."""
     try:
         snapshot = json.loads(content or b"{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return _REFUSED
     entries = snapshot.get("entries") if isinstance(snapshot, dict) else None
     if not isinstance(entries, dict):

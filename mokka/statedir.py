@@ -188,7 +188,7 @@ class StateDir:
             return []
         try:
             created = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             created = None
         state_rel = "/" + self.path.relative_to(self.root).as_posix()
         if not isinstance(created, list) or not all(

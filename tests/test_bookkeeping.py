@@ -279,3 +279,21 @@ def test_a_state_directory_of_an_earlier_release_is_removed_with_its_parents(nod
     host.converge("t", [File("/opt/a", "a")])
     host.discard("t")
     assert os.listdir(node_root) == []
+
+
+@pytest.mark.parametrize("content", [b'["/var", "/var/lib"', b'["/var\xff", "/var/lib"]'],
+                         ids=["cut short", "not UTF-8"])
+def test_a_damaged_record_of_the_state_directorys_parents_is_refused_naming_it(
+    host: Host, node_root: Path, content: bytes
+):
+    """Nothing in it is acted on (no directory removed on its word), and the error names it."""
+    host.converge("t", [File("/opt/x", "x\n")])
+    marker = node_root / ".mokka-created-parents.json"
+    good = marker.read_bytes()
+    marker.write_bytes(content)  # still 0600 and ours: only the content is wrong
+    with pytest.raises(UntrustedBookkeepingError, match=r"created-parents\.json: expected a list"):
+        host.discard("t")
+    assert (node_root / "var/lib").is_dir()
+    marker.write_bytes(good)
+    host.discard("t")
+    assert snapshot(node_root) == {}

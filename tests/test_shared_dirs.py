@@ -90,12 +90,18 @@ def test_bookkeeping_that_loses_its_trust_after_it_was_read_lists_nothing(
     assert snapshot(node_root) == before
 
 
-def test_a_snapshot_that_is_not_json_lists_nothing(host: Host, node_root: Path):
+@pytest.mark.parametrize(
+    "content", [b'{"entries": {"/j": "dir"', b'{"entries": {"/j\xff": "dir"}}'],
+    ids=["cut short", "not UTF-8"],
+)
+def test_a_snapshot_that_is_not_json_lists_nothing(
+    host: Host, node_root: Path, content: bytes
+):
     before = snapshot(node_root)
     host.converge("mine", [File("/x/f", "f\n")])
     directory = host.state.manifest_dir()
     fd = os.open(directory / "other.json", os.O_WRONLY | os.O_CREAT, 0o600)
-    os.write(fd, b'{"entries": {"/j": "dir"')  # cut short
+    os.write(fd, content)
     os.close(fd)
     assert not OwnerListings().lists(directory, "other", "/j")
     os.unlink(directory / "other.json")
