@@ -16,12 +16,15 @@ byte: the manifests record the same paths, but in creation order.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import trio
 
 from mokka import cli, layout
+from mokka.daemon import reconciler as reconciler_module
 from mokka.daemon.command import build_simulators
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
@@ -168,6 +171,64 @@ async def test_cycling_every_profile_through_one_simulator_set_converges(
             differ = sorted(k for k in shared if want_tree[k] != got_tree[k])
             assert (missing, stale, differ) == ([], [], []), profile
             assert ownership(cycled.host) == want_owners, profile
+        await cycled.teardown()
+        assert snapshot(cycled.root) == {}
+        nursery.cancel_scope.cancel()
+
+
+class _GiveWayAfter(threading.Event):
+    """The reconciler's ``stop`` event, reporting a newer input after ``checks`` paths."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.checks = checks
+
+    def is_set(self) -> bool:
+        self.checks -= 1
+        return self.checks < 0 or super().is_set()
+
+
+async def _interrupted(node: Node, state: State, checks: int, monkeypatch) -> bool:
+    """A pass toward ``state`` whose converges give way to a newer input after ``checks``
+    paths, wherever that falls (``Host.GIVE_WAY``); whether it did give way."""
+    stop = _GiveWayAfter(checks)
+    # The reconciler's own ``threading`` only: its one use is this event.
+    monkeypatch.setattr(reconciler_module, "threading", SimpleNamespace(Event=lambda: stop))
+    try:
+        await node.reconciler._pass(state, 1, superseded=trio.sleep_forever)
+    finally:
+        monkeypatch.undo()
+    return stop.checks < 0
+
+
+async def test_changes_interrupted_anywhere_still_converge_like_a_fresh_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before each step of the cycle, a pass toward it and one toward the next profile
+    are cut off part way (a newer input arriving): the converges they abandoned
+    leave the owners' last good records, which the step's full pass starts from.
+    It must still end exactly where a fresh node would."""
+    async with trio.open_nursery() as nursery:
+        cycled = Node(tmp_path / "cycled", nursery, [])
+        await cycled.start()
+        states = [compile_profile(p, node_name=NODE, generation=g)
+                  for g, p in enumerate(CYCLE, start=1)]
+        await cycled.converge(states[0])
+        cut_off = 0
+        for step, state in enumerate(states[1:], start=1):
+            following = states[(step + 1) % len(states)]
+            cut_off += await _interrupted(cycled, state, (step * 37) % 160, monkeypatch)
+            cut_off += await _interrupted(cycled, following, (step * 23) % 90, monkeypatch)
+            await cycled.converge(state)
+            want_tree, want_owners = await _fresh(tmp_path, f"fresh-{step}", state, [])
+            got_tree = node_tree(cycled.root)
+            missing = sorted(set(want_tree) - set(got_tree))
+            stale = sorted(set(got_tree) - set(want_tree))
+            differ = sorted(k for k in set(want_tree) & set(got_tree)
+                            if want_tree[k] != got_tree[k])
+            assert (missing, stale, differ) == ([], [], []), CYCLE[step]
+            assert ownership(cycled.host) == want_owners, CYCLE[step]
+        assert cut_off >= 12  # of the 14 passes: the others were shorter than their cut
         await cycled.teardown()
         assert snapshot(cycled.root) == {}
         nursery.cancel_scope.cancel()
