@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,16 @@ def count_reads(monkeypatch: pytest.MonkeyPatch, module: object) -> list[str]:
 
     monkeypatch.setattr(module, "read_private", read_private)
     return seen
+
+
+class GiveWayAfter(threading.Event):
+    """A converge's ``Host.GIVE_WAY`` event: a newer input arrives after ``checks`` paths
+    (or when set, as the reconciler's own ``stop``)."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.checks = checks
+
+    def is_set(self) -> bool:
+        self.checks -= 1
+        return self.checks < 0 or super().is_set()

@@ -35,7 +35,7 @@ from mokka.host import (
     Symlink,
 )
 from mokka.manifest import Manifest
-from tests.support import ROOT, snapshot
+from tests.support import ROOT, GiveWayAfter, snapshot
 
 
 def files(n: int, prefix: str = "/var/lib/nvml-mock/driver/dev/nvidia") -> list[File]:
@@ -841,18 +841,6 @@ def test_a_changed_converge_skips_only_what_is_exactly_as_it_left_it(
     assert os.lstat(f"{dev}2").st_ino == inodes[2]
     host.discard("t")
     assert snapshot(node_root) == {}
-
-
-class GiveWayAfter(threading.Event):
-    """A newer input arriving after ``checks`` paths of a converge (``Host.GIVE_WAY``)."""
-
-    def __init__(self, checks: int) -> None:
-        super().__init__()
-        self.checks = checks
-
-    def is_set(self) -> bool:
-        self.checks -= 1
-        return self.checks < 0
 
 
 def superseded(host: Host, owner: str, artifacts: list, after: int) -> None:

@@ -16,7 +16,6 @@ byte: the manifests record the same paths, but in creation order.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,7 +32,7 @@ from mokka.host import Host
 from mokka.simulators.fabricmanager import OFF, READY, FabricManagerSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.support import snapshot
+from tests.support import GiveWayAfter, snapshot
 
 NODE = "worker-7"
 #: Every built-in profile, in an order that crosses every boundary at least
@@ -176,22 +175,10 @@ async def test_cycling_every_profile_through_one_simulator_set_converges(
         nursery.cancel_scope.cancel()
 
 
-class _GiveWayAfter(threading.Event):
-    """The reconciler's ``stop`` event, reporting a newer input after ``checks`` paths."""
-
-    def __init__(self, checks: int) -> None:
-        super().__init__()
-        self.checks = checks
-
-    def is_set(self) -> bool:
-        self.checks -= 1
-        return self.checks < 0 or super().is_set()
-
-
 async def _interrupted(node: Node, state: State, checks: int, monkeypatch) -> bool:
     """A pass toward ``state`` whose converges give way to a newer input after ``checks``
     paths, wherever that falls (``Host.GIVE_WAY``); whether it did give way."""
-    stop = _GiveWayAfter(checks)
+    stop = GiveWayAfter(checks)
     # The reconciler's own ``threading`` only: its one use is this event.
     monkeypatch.setattr(reconciler_module, "threading", SimpleNamespace(Event=lambda: stop))
     try:
