@@ -46,6 +46,7 @@ from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.settled import Settled, signature
 from mokka.shared_dirs import OwnerListings
+from mokka.statedir import manifest_owners
 from mokka.writebatch import WriteBatch
 
 logger = logging.getLogger(__name__)
@@ -336,7 +337,8 @@ class Convergence:
             names = os.listdir(directory)
         except FileNotFoundError:
             return False
-        owners = {n.rsplit(".", 1)[0] for n in names if n.endswith((".json", ".journal"))}
+        # An owner with only a half-written snapshot lists nothing (``OwnerListings``).
+        owners = manifest_owners(names)
         owners.discard(self.manifest.owner)
         return any(self.listings.lists(directory, owner, key) for owner in sorted(owners))
 

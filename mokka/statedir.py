@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import attrs
@@ -43,6 +43,16 @@ from mokka.noderoot import NodeRoot
 _LEGACY_PARENTS_MARKER = "created-parents.json"
 #: An owner's files in the manifest directory: ``<owner><suffix>``.
 _MANIFEST_SUFFIXES = (".json", ".journal", TMP_SUFFIX)
+
+
+def manifest_owners(names: Iterable[str]) -> set[str]:
+    """The owners whose files are among ``names`` (a manifest directory's listing)."""
+    return {
+        name.removesuffix(suffix)
+        for name in names
+        for suffix in _MANIFEST_SUFFIXES
+        if name.endswith(suffix) and name != suffix
+    }
 
 
 def bookkeeping_owner(path: str) -> str:
@@ -238,12 +248,7 @@ class StateDir:
         """The owners with bookkeeping in ``directory`` (a manifest directory we trust)."""
         if not check_private_dir(directory):
             return []
-        return sorted({
-            name.removesuffix(suffix)
-            for name in os.listdir(directory)
-            for suffix in _MANIFEST_SUFFIXES
-            if name.endswith(suffix) and name != suffix
-        })
+        return sorted(manifest_owners(os.listdir(directory)))
 
 
 def _holds_a_file(directory: Path) -> bool:

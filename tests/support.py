@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -132,3 +133,14 @@ class GiveWayAfter(threading.Event):
     def is_set(self) -> bool:
         self.checks -= 1
         return self.checks < 0 or super().is_set()
+
+
+def journal(directory: Path, owner: str, *records: dict) -> None:
+    """Append records to ``owner``'s journal as the manifest writes them (private file):
+    what another owner's converge, or a process killed mid-converge, leaves."""
+    path = directory / f"{owner}.journal"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"".join(json.dumps(r).encode() + b"\n" for r in records))
+    finally:
+        os.close(fd)

@@ -12,7 +12,7 @@ import mokka.manifest
 from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.host import File, Host
-from tests.support import count_reads, snapshot
+from tests.support import count_reads, journal, snapshot
 
 
 @pytest.fixture
@@ -82,10 +82,7 @@ def test_a_converge_killed_after_its_journal_is_folded_in_on_top_of_the_kept_sna
     before = snapshot(node_root)
     host.converge("a", [File("/d/a", "a\n")])
     # What a process killed mid-converge leaves: journal lines beside the snapshot.
-    journal = host.state.manifest_dir() / "a.journal"
-    fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.write(fd, b'{"op":"add","path":"/d/x","kind":"file"}\n')
-    os.close(fd)
+    journal(host.state.manifest_dir(), "a", {"op": "add", "path": "/d/x", "kind": "file"})
     (node_root / "d" / "x").write_text("x\n")
     assert host.owned("a") == {"/d": "dir", "/d/a": "file", "/d/x": "file"}
     host.converge("a", [File("/d/a", "a\n")])

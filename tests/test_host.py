@@ -880,6 +880,31 @@ def test_a_superseded_converge_leaves_the_last_good_record_to_start_from(
     assert snapshot(node_root) == {}
 
 
+def test_a_converge_failed_by_a_full_disk_leaves_the_last_good_record_too(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The same as a superseded one, for a fault: a disk filling up half way."""
+    host.converge("t", files(3))
+    real_write_all = mokka.fsops.write_all
+
+    def full_disk(fd: int, data: bytes) -> None:
+        if data == b"x\n":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(mokka.fsops, "write_all", full_disk)
+    with pytest.raises(HostFaultError, match="ENOSPC"):
+        host.converge("t", [*files(3), File("/opt/new/x", "x\n")])
+    monkeypatch.setattr(mokka.fsops, "write_all", real_write_all)
+    assert (node_root / "opt/new").is_dir()
+    seen = _placed_paths(monkeypatch)
+    report = host.converge("t", files(3))
+    assert seen == []
+    assert report.removed == ("/opt/new/x", "/opt/new", "/opt")
+    host.discard("t")
+    assert snapshot(node_root) == {}
+
+
 def test_a_directory_swapped_for_a_link_to_it_is_looked_at_again(
     host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
 ):

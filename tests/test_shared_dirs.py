@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -11,23 +10,13 @@ import pytest
 import mokka.shared_dirs
 from mokka.host import File, Host
 from mokka.shared_dirs import OwnerListings
-from tests.support import count_reads, snapshot
+from tests.support import count_reads, journal, snapshot
 
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The bookkeeping files ``OwnerListings`` reads, by name."""
     return count_reads(monkeypatch, mokka.shared_dirs)
-
-
-def journal(directory: Path, owner: str, *records: dict) -> None:
-    """Append records to ``owner``'s journal as the manifest writes them (private file)."""
-    path = directory / f"{owner}.journal"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, b"".join(json.dumps(r).encode() + b"\n" for r in records))
-    finally:
-        os.close(fd)
 
 
 def test_a_directory_another_owner_made_is_read_once_while_its_bookkeeping_is_unchanged(
