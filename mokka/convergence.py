@@ -21,7 +21,6 @@ owner (``mokka.settled``).
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 import threading
@@ -42,6 +41,7 @@ from mokka.artifacts import (
 )
 from mokka.errors import HostPathError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+from mokka.lazylogger import LazyLogger
 from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.settled import Settled, signature
@@ -49,7 +49,7 @@ from mokka.shared_dirs import OwnerListings
 from mokka.statedir import manifest_owners
 from mokka.writebatch import WriteBatch
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 
 @attrs.define(eq=False)

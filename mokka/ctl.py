@@ -56,7 +56,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mokka import layout
 from mokka.ctl_edits import apply, build_edit, reset
@@ -64,8 +64,11 @@ from mokka.ctl_status import status
 from mokka.ctl_targets import parse_target
 from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
-from mokka.host import File, Host
+from mokka.noderoot import NodeRoot
 from mokka.state.overrides import FILE_MODE, MANIFEST_OWNERS, lock_path, update_overrides
+
+if TYPE_CHECKING:
+    from mokka.host import Host
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -101,11 +104,11 @@ def run(args: argparse.Namespace) -> int:
     if args.verb == IB_COUNTER_VERB:
         return importlib.import_module(IB_COUNTER_MODULE).run(args, node_host(args))
     try:
-        host = node_host(args)
         path = overrides_path(args)
         if args.verb == "status":
             # read-only and lock-free: a rename never shows a half-written file
-            return status(path, args, root=None if host is None else host.root)
+            return status(path, args, root=node_root(args))
+        host = node_host(args)
         target = None if args.gpu is None else parse_target(args.gpu, path)
         if args.verb == "reset":
             change(path, host, lambda doc: reset(doc, target))
@@ -130,21 +133,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def node_host(args: argparse.Namespace) -> Host | None:
-    """The node root's ``Host``; ``None`` with ``--file`` (a file named directly)."""
+def node_root(args: argparse.Namespace) -> Path | None:
+    """The node root (``--root``, env ``MOKKA_ROOT``, the daemon's default), made
+    absolute as ``Host`` makes it; ``None`` with ``--file`` (a file named directly)."""
     if args.file:
         return None
-    return Host(Path(args.root or os.environ.get("MOKKA_ROOT") or str(layout.LOCAL_ROOT)))
+    return Path(args.root or os.environ.get("MOKKA_ROOT") or str(layout.LOCAL_ROOT)).absolute()
+
+
+def node_host(args: argparse.Namespace) -> Host | None:
+    """The node root's ``Host``; ``None`` with ``--file``.
+
+    Imported here, not with the module: only a write records anything, and
+    ``status`` (and ``--help``) then skip the host's bookkeeping code.
+    """
+    root = node_root(args)
+    if root is None:
+        return None
+    from mokka.host import Host
+
+    return Host(root)
 
 
 def overrides_path(args: argparse.Namespace) -> Path:
     """The overrides file: ``--file`` as given, else its place under the node root.
 
-    The root is mapped through ``Host.resolve``, the daemon's own mapping,
-    so both agree on the path and a layout path can never escape the root.
+    The root is mapped through ``NodeRoot.resolve``, the mapping ``Host``
+    uses, so ctl and the daemon agree on the path and a layout path can
+    never escape the root.
     """
-    host = node_host(args)
-    return Path(args.file) if host is None else host.resolve(layout.OVERRIDES)
+    root = node_root(args)
+    return Path(args.file) if root is None else NodeRoot(root).resolve(layout.OVERRIDES)
 
 
 def change(path: Path, host: Host | None,
@@ -162,6 +181,8 @@ def change(path: Path, host: Host | None,
     if host is None:
         update_overrides(path, edit)
         return
+    from mokka.host import File
+
     file_owner, lock_owner = MANIFEST_OWNERS
     lock = lock_path(Path(layout.OVERRIDES)).as_posix()
     if path.parent.is_dir():

@@ -22,8 +22,12 @@ from mokka.state.reader import load_yaml, read_input
 #: ``device.<pos>.uuid: "GPU-…"`` (``<pos>`` is the position in the file, not
 #: the index).  The format is one ``key: value`` per line, unindented
 #: (``docs/engine-config.md``), which is how the mock library reads it too.
-_ENGINE_DEVICE_LINE = re.compile(r"^device\.(\d{1,9})\.(index|uuid): *(.*?) *$", re.MULTILINE)
-_ENGINE_FORMAT_LINE = re.compile(r"^format: *(.*?) *$", re.MULTILINE)
+#: A line's start is spelled ``\n`` (the text is searched with one put in
+#: front), not ``^``: a pattern that begins with literal text is searched
+#: for that text, six times faster over the ~180 KiB file than trying ``^``
+#: at every character.
+_ENGINE_DEVICE_LINE = re.compile(r"\ndevice\.(\d{1,9})\.(index|uuid): *(.*?) *$", re.MULTILINE)
+_ENGINE_FORMAT_LINE = re.compile(r"\nformat: *(.*?) *$", re.MULTILINE)
 #: The engine config's values ``engine_gpus`` reads: a decimal index, a
 #: double-quoted string (escapes ``\"`` and ``\\`` only).
 _ENGINE_INT = re.compile(r"\d{1,9}")
@@ -76,12 +80,13 @@ def engine_gpus(config: Path) -> dict[str, int] | None:
         text = read_input(config, "the engine config", root=config.parent) or ""
     except SpecError:
         return None
+    lines = "\n" + text  # every line, the first too, starts after a newline
     flat: dict[str, dict[str, Any]] = {}
-    for position, field, value in _ENGINE_DEVICE_LINE.findall(text):
+    for position, field, value in _ENGINE_DEVICE_LINE.findall(lines):
         # a later line wins, as in YAML loaders and the library
         flat.setdefault(position, {})[field] = _engine_value(value)
     if flat:
-        formats = _ENGINE_FORMAT_LINE.findall(text)
+        formats = _ENGINE_FORMAT_LINE.findall(lines)
         # the library refuses a file whose (last) format is not 1
         if not formats or formats[-1] != "1":
             return None

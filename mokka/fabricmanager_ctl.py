@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 
 from mokka import layout
-from mokka.host import Host
+from mokka.errors import HostPathError
+from mokka.noderoot import NodeRoot
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,11 +35,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The root as the daemon finds it: ``--root``, ``MOKKA_ROOT``, then ``./mokka-node``."""
-    root = Path(args.root or os.environ.get("MOKKA_ROOT") or layout.LOCAL_ROOT)
+    root = Path(args.root or os.environ.get("MOKKA_ROOT") or layout.LOCAL_ROOT).absolute()
     # The marker's path itself: importing the simulator module would bring
     # the daemon's stack (trio, every simulator's registry) into a query that
-    # only looks at one file.
-    if Host(root).exists(layout.FABRIC_READY_MARKER):
+    # only looks at one file.  Mapped by ``NodeRoot``, as ``Host`` maps it,
+    # without ``Host``'s bookkeeping (and attrs) for a query that writes nothing.
+    try:
+        ready = os.path.lexists(NodeRoot(root).resolve(layout.FABRIC_READY_MARKER))
+    except HostPathError:  # the path would climb out of the root: no marker of ours
+        ready = False
+    if ready:
         print("READY")
         return 0
     print("NOT READY")

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -78,6 +77,7 @@ from mokka.errors import (
 from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of
 from mokka.filememo import FileMemo
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+from mokka.lazylogger import LazyLogger
 from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.noderoot import norm as node_norm
@@ -118,7 +118,7 @@ __all__ = [
     "Symlink",
 ]
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 
 # --------------------------------------------------------------------------

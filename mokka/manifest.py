@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import os
 import re
 import stat
@@ -33,8 +32,9 @@ import attrs
 from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.layout import MOKKA_STATE_DIR
+from mokka.lazylogger import LazyLogger
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 #: Modes of Mokka's own bookkeeping: nobody but the daemon reads or writes it.
 PRIVATE_DIR_MODE = 0o700

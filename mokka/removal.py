@@ -16,7 +16,6 @@ never imports ``mokka.host``.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,12 +24,13 @@ from typing import TYPE_CHECKING
 from mokka import backups, fsops
 from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+from mokka.lazylogger import LazyLogger
 from mokka.writebatch import temp_name
 
 if TYPE_CHECKING:
     from mokka.convergence import Convergence
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 
 def remove_unwanted(work: Convergence, wanted: set[str]) -> None:

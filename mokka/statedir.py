@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -168,7 +167,10 @@ class StateDir:
             if _holds_a_file(state / "manifests") or _holds_a_file(state / "backups"):
                 return  # a manifest or a backup still waits for its owner's discard
             for probe in state.glob(".mknod-probe-*"):
-                # The device-node probe's scratch directory, left by a kill mid-probe.
+                # The device-node probe's scratch directory, left by a kill mid-probe
+                # (``shutil`` imported only here: ``mokka ctl`` never comes this way).
+                import shutil
+
                 shutil.rmtree(probe, ignore_errors=True)
             legacy = self.created_parents(state / _LEGACY_PARENTS_MARKER)
             if legacy:

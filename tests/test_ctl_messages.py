@@ -264,6 +264,15 @@ def test_engine_index_reads_what_yaml_reads(tmp_path: Path, profile: str) -> Non
     assert ctl_targets.engine_gpus(config) == expected
 
 
+def test_engine_index_reads_the_first_and_the_last_line(tmp_path: Path) -> None:
+    """The line scan finds a GPU's lines wherever they are, the file's ends included."""
+    uuid = "GPU-0a1b2c3d-0000-4000-8000-00000000000f"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"device.0.index: 7\nformat: 1\nx.device.1.index: 3\n"
+                      f'device.0.uuid: "{uuid}"')
+    assert ctl_targets.engine_gpus(config) == {uuid: 7}
+
+
 @pytest.mark.parametrize(("change", "readable"), [
     (lambda t: t.replace("format: 1\n", "format: 2\n"), False),
     (lambda t: t.replace("format: 1\n", ""), False),

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "mokka.layout": 0,
     "mokka.native": 0,
     "mokka.logs": 0,
+    "mokka.lazylogger": 0,
     "mokka.state": 1,
     "mokka.host": 2,
     "mokka.artifacts": 2,

@@ -48,12 +48,15 @@ DAEMON_STACK = ("mokka.daemon", "mokka.simulators", "trio", "trio_util", "hyperc
                 "prometheus_client", "grpc")
 #: Never needed by ctl: the daemon's settings, ``subprocess`` (runs host
 #: commands), ``socket`` (finds the daemon's default node name),
-#: ``importlib.metadata`` (answers ``--version``).
+#: ``importlib.metadata`` (answers ``--version``), ``logging`` (a call that
+#: goes well logs nothing: ``mokka.lazylogger``).
 CTL_NEVER = (*DAEMON_STACK, "mokka.settings", "socket", "subprocess", "importlib.metadata",
-             "urllib.request", "http", "email")
-#: ``status`` only reads: nothing of what writing a file takes (the converge
-#: machinery, the backups' digests, ``ctypes`` for ``syncfs``).
-STATUS_NEVER = (*CTL_NEVER, "mokka.convergence", "mokka.backups", "hashlib", "ctypes")
+             "urllib.request", "http", "email", "logging")
+#: ``status`` only reads: nothing of what writing a file takes (``Host`` and
+#: its bookkeeping, the converge machinery, the backups' digests, ``ctypes``
+#: for ``syncfs``).
+STATUS_NEVER = (*CTL_NEVER, "mokka.host", "mokka.manifest", "mokka.statedir",
+                "mokka.convergence", "mokka.backups", "hashlib", "ctypes")
 #: What a running daemon needs only when it is asked for: the metrics
 #: library (a ``/metrics`` scrape), the kubelet client (a kubelet socket),
 #: the IMEX archive's download and unpacking (an archive to install), and
@@ -132,7 +135,7 @@ def test_ctl_status_imports_nothing_that_writes(staged, tmp_path: Path):
 
 def test_fabricmanager_ctl_imports_nothing_of_the_daemon(staged, tmp_path: Path):
     root, _ = staged
-    never = (*CTL_NEVER, "yaml", "mokka.state", "mokka.convergence")
+    never = (*CTL_NEVER, "yaml", "attrs", "mokka.state", "mokka.host", "mokka.convergence")
     assert imported(["fabricmanager-ctl", "-q", "--root", str(root)], never, cwd=tmp_path) \
         == (1, [])
     marker = root / FABRIC_READY_MARKER.lstrip("/")

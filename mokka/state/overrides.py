@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import logging
 import os
 import stat
 import time
@@ -48,12 +47,13 @@ import attrs
 import yaml
 
 from mokka.errors import MokkaError
+from mokka.lazylogger import LazyLogger
 from mokka.state import checks
 from mokka.state.checks import Problems, sub
 from mokka.state.override_schema import check_patch
 from mokka.state.reader import load_yaml, open_parent, read_input
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 TOP_LEVEL_KEYS = ("version", "all", "devices")
 #: Digits a device index key may have: far more than any GPU count, far
