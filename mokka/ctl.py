@@ -65,7 +65,14 @@ from mokka.ctl_targets import parse_target
 from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
 from mokka.noderoot import NodeRoot
-from mokka.state.overrides import FILE_MODE, MANIFEST_OWNERS, lock_path, update_overrides
+from mokka.state.overrides import (
+    FILE_MODE,
+    MANIFEST_OWNERS,
+    lock_path,
+    records_locked,
+    require_config_dir,
+    update_overrides,
+)
 
 if TYPE_CHECKING:
     from mokka.host import Host
@@ -175,8 +182,11 @@ def change(path: Path, host: Host | None,
     converged as the file (owner ``MANIFEST_OWNERS[0]``) in place of the
     plain write: two owners, because each converge names the whole set of
     its owner's paths and the lock is made before the file's text is known.
-    Nothing is created while the config directory is missing:
-    ``update_overrides`` reports that (a wrong ``--root``).
+    Both converges run under ``records_locked`` (the config directory's
+    ``flock``): calls at once take turns, and the daemon's reset at start
+    never interleaves with them.  Nothing is created while the config
+    directory is missing: ``require_config_dir`` reports that (a wrong
+    ``--root``).
     """
     if host is None:
         update_overrides(path, edit)
@@ -185,9 +195,10 @@ def change(path: Path, host: Host | None,
 
     file_owner, lock_owner = MANIFEST_OWNERS
     lock = lock_path(Path(layout.OVERRIDES)).as_posix()
-    if path.parent.is_dir():
+    require_config_dir(path)
+    with records_locked(path, root=host.root):
         host.converge(lock_owner, [File(lock, b"", FILE_MODE)])
-    update_overrides(
-        path, edit, root=host.root,
-        store=lambda text: host.converge(file_owner, [File(layout.OVERRIDES, text, FILE_MODE)]),
-    )
+        update_overrides(
+            path, edit, root=host.root,
+            store=lambda text: host.converge(file_owner, [File(layout.OVERRIDES, text, FILE_MODE)]),
+        )

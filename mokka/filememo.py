@@ -11,8 +11,9 @@ times, mode and owner.  An append, a rewrite, a rename over, a chmod or a
 chown each changes the signature, and a file with a new signature is read
 again through ``read_private`` with its trust checks.  (The same-size
 rewrite within one timestamp tick that ``Settled`` describes is the one
-change a signature can miss; the bookkeeping directory is the daemon's
-own, 0700, and nothing but the daemon writes there.)
+change a signature can miss; the bookkeeping directory is Mokka's own,
+0700, and every write Mokka makes there, the daemon's or ``mokka ctl``'s
+for the overrides file's owners, is an append or a rename over.)
 """
 
 from __future__ import annotations

@@ -209,22 +209,34 @@ def overrides_path(settings: Settings, host: Host) -> Path:
 
 
 def _reset_overrides(path: Path, host: Host) -> None:
-    from mokka.state.overrides import MANIFEST_OWNERS, reset_file
+    from mokka.state.overrides import (
+        MANIFEST_OWNERS,
+        RESET_LOCK_TIMEOUT,
+        records_locked,
+        reset_file,
+    )
 
-    try:
-        # the root's own file: reset without following any link beneath the root
-        reset_file(path, root=host.root if path.is_relative_to(host.root) else None)
-    except OSError as exc:
-        # A read-only mount (an overrides file given by a ConfigMap): it is
-        # not runtime state then, and the daemon can serve it as it is.
-        logger.warning("could not reset the overrides file %s: %s", path, exc.strerror)
-    # What ``mokka ctl`` recorded under the root (the file, its lock, the
-    # directories they kept) goes with it, so the root ends as it was found.
-    for owner in MANIFEST_OWNERS:
+    # the root's own file: reset without following any link beneath the root
+    root = host.root if path.is_relative_to(host.root) else None
+    with contextlib.ExitStack() as turn:
         try:
-            host.discard(owner)
-        except (OSError, MokkaError) as exc:
-            logger.warning("could not remove the overrides file's records (%s): %s", owner, exc)
+            # A ``mokka ctl`` call in progress finishes first (or, stuck, is
+            # not waited for past the timeout), so the reset and the
+            # discards below never interleave with its converges.
+            turn.enter_context(records_locked(path, timeout=RESET_LOCK_TIMEOUT, root=root))
+            reset_file(path, root=root)
+        except OSError as exc:
+            # A read-only mount (an overrides file given by a ConfigMap): it is
+            # not runtime state then, and the daemon can serve it as it is.
+            logger.warning("could not reset the overrides file %s: %s", path, exc.strerror)
+        # What ``mokka ctl`` recorded under the root (the file, its lock, the
+        # directories they kept) goes with it, so the root ends as it was found.
+        for owner in MANIFEST_OWNERS:
+            try:
+                host.discard(owner)
+            except (OSError, MokkaError) as exc:
+                logger.warning("could not remove the overrides file's records (%s): %s",
+                               owner, exc)
 
 
 async def run_daemon(

@@ -312,6 +312,43 @@ def locked(
         os.close(fd)
 
 
+@contextlib.contextmanager
+def records_locked(
+    path: Path, *, timeout: float | None = None, root: Path | None = None
+) -> Iterator[bool]:
+    """Hold the exclusive ``flock`` on the directory ``path`` sits in (blocking until it is ours).
+
+    One process at a time changes Mokka's records of the file and its lock.
+    ``mokka ctl`` records the lock file (owner ``MANIFEST_OWNERS[1]``)
+    before it exists, so that converge cannot run under the lock file's
+    own ``flock``: two calls at once compacted that owner's manifest at
+    once, and one failed (the other had renamed its temp snapshot away).
+    The daemon holds this while it resets the file and discards both
+    owners at start, so a reset never interleaves with a change either.
+    The directory is the daemon's, never replaced by a writer, so unlike
+    ``locked`` the lock needs no re-check.  A missing directory yields
+    ``False`` at once: nothing is written there to keep apart.  ``timeout``
+    and ``root`` as for ``locked``; no link beneath ``root`` is followed.
+    """
+    try:
+        fd, _ = open_parent(path, root)
+        if fd is None:
+            fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None
+    if fd is None:
+        yield False
+        return
+    try:
+        held = _flock(fd, timeout)
+        if not held:
+            logger.warning("%s: still locked after %ss, going on without the lock",
+                           path.parent, timeout)
+        yield held
+    finally:
+        os.close(fd)
+
+
 def write_overrides(path: Path, overrides: Overrides) -> None:
     """Atomically replace ``path`` (temp file in the same directory, then rename).
 
