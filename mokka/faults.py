@@ -35,6 +35,12 @@ def node_path_of(root: Path, real: str | os.PathLike[str] | None) -> str:
         return str(path)
 
 
+def owner_line(owner: str, exc: BaseException) -> str:
+    """``exc`` as one line naming ``owner`` once (a ``HostFaultError`` names it already)."""
+    text = str(exc)
+    return text if text.startswith(f"{owner}: ") else f"{owner}: {text}"
+
+
 def as_fault(root: Path, owner: str, exc: OSError) -> HostFaultError | None:
     """``exc`` met converging ``owner`` as one line (which path, what, what it means);
     ``None`` when it is no expected fault (a bug: keep its traceback)."""

@@ -74,7 +74,7 @@ from mokka.errors import (
     MokkaError,
     PassSuperseded,
 )
-from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of
+from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of, owner_line
 from mokka.filememo import FileMemo
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.lazylogger import LazyLogger
@@ -475,7 +475,7 @@ class Host:
                 removed.extend(self.discard(owner).removed)
             except (OSError, MokkaError) as exc:
                 logger.warning("could not discard everything of %s: %s", owner, exc)
-                failures.append(f"{owner}: {exc}")
+                failures.append(owner_line(owner, exc))
                 failed.add(owner)
         # Finish what a process killed while removing the state directory
         # left: no owner is left to do it in its discard.

@@ -127,10 +127,12 @@ def write_private(path: Path, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-    except BaseException:
+    except BaseException as exc:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(path)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)  # a failed ``write`` (ENOSPC) names no file
         raise
     os.close(fd)
 
@@ -391,7 +393,12 @@ class Manifest:
         if self._torn:
             line = b"\n" + line
         self._torn = True
-        written = os.write(self._journal, line)
+        try:
+            written = os.write(self._journal, line)
+        except OSError as exc:
+            # named, or the converge would blame the path it was about to place
+            exc.filename = str(self.journal_path)
+            raise
         self._torn = written != len(line)
         if self._torn:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.journal_path))

@@ -238,6 +238,9 @@ def test_a_full_disk_is_one_line_per_fault_and_teardown_removes_what_was_written
         after = snapshot(root)
     assert "reconcile pass stage-failed generation=1" in log, log
     assert re.search(r"stage of \S+ failed: \S+: .*No space left on device \(ENOSPC\)", log), log
+    # every failure names a file, and its owner once (tests/test_full_disk_lines.py)
+    assert ": ?: " not in log, log
+    assert not re.search(r"\b([\w-]+): \1: ", log), log
     assert "Traceback" not in log, log
     assert "failed unexpectedly" not in log, log
     assert code == 0, log

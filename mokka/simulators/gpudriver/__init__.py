@@ -36,6 +36,7 @@ import trio
 
 from mokka import layout
 from mokka.errors import NativeArtifactMissing, PassSuperseded, StageError
+from mokka.faults import owner_line
 from mokka.host import Artifact, ConvergeReport, Directory, File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.gpudriver import notice
@@ -146,7 +147,7 @@ async def _converge_all(
     if superseded:
         raise superseded[0]  # the pass gave way to a newer input: not a failure
     if failures:
-        detail = "; ".join(f"{owner}: {exc}" for owner, exc in failures)
+        detail = "; ".join(owner_line(owner, exc) for owner, exc in failures)
         raise StageError(f"gpudriver: {detail}") from failures[0][1]
     return reports
 
