@@ -12,7 +12,9 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +26,13 @@ from mokka import cli
 from mokka.errors import SpecError
 from mokka.logs import JsonFormatter, TextFormatter, setup_logging
 from mokka.settings import FEATURE_GATES, Settings
-from tests.daemon_support import PROCESS_TIMEOUT, run_mokka, running_daemon, stop_daemon
+from tests.daemon_support import (
+    PROCESS_TIMEOUT,
+    daemon_env,
+    run_mokka,
+    running_daemon,
+    stop_daemon,
+)
 from tests.support import snapshot
 
 
@@ -132,6 +140,23 @@ def test_once_leaves_the_files_and_cleanup_removes_them(node_root: Path, tmp_pat
     assert len(listed) == len(set(listed)) > len(counts)
     assert verbose.stdout.splitlines()[-1] == f"{len(listed)} path(s) removed under {node_root}"
     assert snapshot(node_root) == before
+
+
+def test_the_cleanup_command_once_prints_can_be_pasted_into_a_shell(tmp_path: Path):
+    """Whatever the root is called: spaces, quotes, ``$`` and backquotes stay its name."""
+    sentinel = tmp_path / "ran"
+    root = tmp_path / f"my node 'a\"$(touch {sentinel})`touch {sentinel}`" / "node"
+    root.mkdir(parents=True)
+    once = run_mokka("--once", "--root", str(root), "--node-name", "test-node", cwd=tmp_path)
+    hint = re.search(r"\(remove with: (.+)\)$", once.stdout, re.M)
+    assert hint, once.stdout + once.stderr
+    assert os.listdir(root) != []
+    command = hint[1].replace("mokka ", f"{shlex.quote(sys.executable)} -m mokka ", 1)
+    done = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=daemon_env(),
+                          capture_output=True, text=True, timeout=PROCESS_TIMEOUT, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert os.listdir(root) == []
+    assert not sentinel.exists()
 
 
 # ---- flags and settings -----------------------------------------------------

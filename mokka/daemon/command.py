@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Mapping
@@ -307,7 +308,9 @@ async def run_once(settings: Settings, host: Host, simulators: list[Simulator]) 
     async with hold_node_root(host.root):
         result = await reconciler.reconcile_once(update.state)
     print(result.summary())
-    print(f"node root: {host.root} (remove with: mokka cleanup --root {host.root})")
+    # quoted for a shell: the line is there to be pasted, whatever the root's name
+    cleanup = f"mokka cleanup --root {shlex.quote(str(host.root))}"
+    print(f"node root: {host.root} (remove with: {cleanup})")
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
