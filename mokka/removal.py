@@ -118,21 +118,32 @@ def _remove(work: Convergence, norm: str) -> None:
         logger.warning(
             "manifest path %s no longer resolves inside the root; forgetting it", norm
         )
-        work.manifest.note("remove", norm)
+        if kind == "dir":
+            with work.dirs_lock:
+                work.note_dir("remove", norm)
+        else:
+            work.manifest.note("remove", norm)
         return
     real = work.paths.real_text(parts)
     if kind == "dir":
         # Under the directory lock: see ``Convergence._ensure_dir``.
         with work.dirs_lock:
+            if work.listed_by_other_owner(norm):
+                # Shared, and another owner still records it: the last owner out
+                # removes it.  Empty is not enough: an owner may want the empty
+                # directory itself (the fabric manager's state directory, which
+                # the CDI spec mounts, outlives the marker that made it).
+                work.note_dir("remove", norm)
+                return
             busy = _rmdir(norm, real)
             if not busy:
-                work.manifest.note("remove", norm)
+                work.note_dir("remove", norm)
         if busy:
             _unmount(work, norm, real)
             with work.dirs_lock:
                 if _rmdir(norm, real):
                     raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), real)
-                work.manifest.note("remove", norm)
+                work.note_dir("remove", norm)
         work.forget_directory(norm, parts)
         work.removed.append(norm)
         return

@@ -14,6 +14,7 @@ its trust checks.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -21,6 +22,7 @@ from typing import Final
 from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.manifest import read_private
+from mokka.statedir import manifest_owners
 
 #: A file that failed its trust checks or could not be read: it lists nothing.
 _REFUSED: Final = object()
@@ -34,6 +36,29 @@ class OwnerListings:
 
     def __init__(self) -> None:
         self._files = FileMemo()
+        #: Directory records noted by this process's converges so far (any
+        #: owner): a reading of the others' bookkeeping (``listed``) taken
+        #: when no other converge has noted one since still holds, within
+        #: this process.  Counted under the host's directory lock.
+        self.notes = 0
+
+    def listed(self, directory: Path, exclude: str) -> frozenset[str]:
+        """Every directory an owner other than ``exclude`` records: ``lists``, for all keys."""
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return frozenset()
+        found: set[str] = set()
+        for owner in manifest_owners(names) - {exclude}:
+            ops = self._parsed(f"{directory}/{owner}.journal", _journal_ops)
+            if ops is _REFUSED:
+                continue
+            journal = ops if isinstance(ops, dict) else {}
+            dirs = self._parsed(f"{directory}/{owner}.json", _snapshot_dirs)
+            if isinstance(dirs, frozenset):
+                found.update(key for key in dirs if journal.get(key) is None)
+            found.update(key for key, op in journal.items() if op == "add")
+        return frozenset(found)
 
     def lists(self, directory: Path, owner: str, key: str) -> bool:
         """Whether ``owner``'s manifest records ``key`` as a directory it created.

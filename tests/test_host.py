@@ -35,7 +35,7 @@ from mokka.host import (
     Symlink,
 )
 from mokka.manifest import Manifest
-from tests.support import ROOT, GiveWayAfter, snapshot
+from tests.support import ROOT, GiveWayAfter, journal, snapshot
 
 
 def files(n: int, prefix: str = "/var/lib/nvml-mock/driver/dev/nvidia") -> list[File]:
@@ -413,18 +413,71 @@ def test_sharing_and_forgetting_a_directory_never_interleave(
         checked.append(f"share {key}")
         return real_lists(self, directory, owner, key)
 
+    real_listed = mokka.shared_dirs.OwnerListings.listed
+
+    def listed(self, directory, exclude):
+        assert host.dirs_lock.locked(), "reading every owner's directories outside the lock"
+        checked.append(f"listed by owners but {exclude}")
+        return real_listed(self, directory, exclude)
+
     def rmdir(norm, real):
         assert host.dirs_lock.locked(), f"rmdir of {norm} outside the lock"
         checked.append(f"rmdir {norm}")
         return real_rmdir(norm, real)
 
     monkeypatch.setattr(mokka.shared_dirs.OwnerListings, "lists", lists)
+    monkeypatch.setattr(mokka.shared_dirs.OwnerListings, "listed", listed)
     monkeypatch.setattr(mokka.removal, "_rmdir", rmdir)
     host.converge("a", [File("/d/a", "a")])
     host.converge("b", [File("/d/b", "b")])
     host.discard("a")
+    assert (node_root / "d").is_dir()  # b still records it: the last owner out removes it
     host.discard("b")
-    assert checked == ["share /d", "rmdir /d", "rmdir /d"]
+    assert checked == ["share /d", "listed by owners but a", "listed by owners but b", "rmdir /d"]
+    assert snapshot(node_root) == before
+
+
+def test_an_empty_directory_another_owner_wants_outlives_its_maker(host: Host, node_root: Path):
+    """The fabric manager's marker makes ``fabric-state`` as its parent; the stage owner
+    wants that very directory, empty (the CDI spec mounts it).  Taking the marker
+    down must leave the directory to the last owner that records it."""
+    before = snapshot(node_root)
+    host.converge("marker", [File("/state/ready", "")])
+    host.converge("stage", [Directory("/state")])
+    host.discard("marker")
+    assert (node_root / "state").is_dir()
+    assert os.listdir(node_root / "state") == []
+    # and the stage owner, converging again, finds it where it left it
+    assert host.converge("stage", [Directory("/state")]).created == ()
+    host.discard("stage")
+    assert snapshot(node_root) == before
+
+
+def test_a_share_noted_during_a_removal_is_seen_by_it(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A removal reads the other owners' directories once, and again after another
+    converge of this process noted one: here ``b`` shares ``/y`` while ``a`` is
+    removing ``/x`` (as ``b``'s converge would, under the lock, between two of
+    ``a``'s directories), and ``a`` must then leave ``/y`` to ``b``."""
+    before = snapshot(node_root)
+    host.converge("a", [Directory("/x"), Directory("/y")])
+    manifests = node_root / "var/lib/mokka/manifests"
+    real_rmdir = mokka.removal._rmdir
+
+    def rmdir(norm, real):
+        if norm == "/x":
+            journal(manifests, "b", {"op": "add", "path": "/y", "kind": "dir"})
+            host.listings.notes += 1
+        return real_rmdir(norm, real)
+
+    monkeypatch.setattr(mokka.removal, "_rmdir", rmdir)
+    host.discard("a")
+    assert not (node_root / "x").exists()
+    assert (node_root / "y").is_dir()
+    assert host.owned("b") == {"/y": "dir"}
+    monkeypatch.setattr(mokka.removal, "_rmdir", real_rmdir)
+    host.discard("b")
     assert snapshot(node_root) == before
 
 
