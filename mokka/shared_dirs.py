@@ -2,7 +2,10 @@
 
 A converge that finds a directory it did not create asks every other
 owner's journal and snapshot whether that owner made it, and shares it if
-so (``Convergence._ensure_dir``), so whichever owner leaves last removes it.
+so (``Convergence._ensure_dir``), so whichever owner leaves last removes it:
+a converge removing a directory it recorded first asks whether another
+owner still records it (``listed``, every owner's directories at once) and
+then only forgets it.
 A cold h100 pass asks about a hundred times, and each ask read and parsed
 every other owner's journal again.  ``OwnerListings`` keeps each file's
 parsed answer until the file's ``lstat`` signature changes: an append, a
