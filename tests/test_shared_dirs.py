@@ -96,3 +96,31 @@ def test_a_snapshot_that_is_not_json_lists_nothing(
     os.unlink(directory / "other.json")
     host.discard("mine")
     assert snapshot(node_root) == before
+
+
+def test_every_owners_directories_at_once_are_what_each_key_asked_gives(
+    host: Host, node_root: Path
+):
+    """``listed`` (a removal's one reading) answers as ``lists`` does, key by key:
+    journal records over the snapshot, a file's record not a directory's, the
+    asking owner left out."""
+    before = snapshot(node_root)
+    host.converge("a", [File("/d/a", "a\n"), File("/e/a", "a\n")])  # snapshot: /d, /e
+    host.converge("me", [File("/m/f", "f\n")])
+    directory = host.state.manifest_dir()
+    journal(directory, "a", {"op": "remove", "path": "/e"},
+            {"op": "add", "path": "/j", "kind": "dir"},
+            {"op": "add", "path": "/k", "kind": "dir"}, {"op": "add", "path": "/k", "kind": "file"})
+    journal(directory, "b", {"op": "add", "path": "/b", "kind": "dir"},
+            {"op": "add", "path": "/gone", "kind": "dir"}, {"op": "remove", "path": "/gone"})
+    listings = OwnerListings()
+    keys = ["/d", "/e", "/j", "/k", "/b", "/gone", "/m", "/d/a"]
+    expected = {k for k in keys if any(listings.lists(directory, o, k) for o in ("a", "b"))}
+    assert expected == {"/d", "/j", "/b"}
+    assert listings.listed(directory, "me") == expected
+    assert "/m" in listings.listed(directory, "a")  # another owner's, asked by a
+    host.discard("a")
+    (node_root / "e").rmdir()  # what the hand-written removal of /e stands for
+    (directory / "b.journal").unlink()
+    host.discard("me")
+    assert snapshot(node_root) == before
