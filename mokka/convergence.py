@@ -46,7 +46,6 @@ from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.settled import Settled, signature
 from mokka.shared_dirs import OwnerListings
-from mokka.statedir import manifest_owners
 from mokka.writebatch import WriteBatch
 
 logger = LazyLogger(__name__)
@@ -333,12 +332,12 @@ class Convergence:
             self.updated.append(key)
 
     def _listed_by_other_owner(self, key: str) -> bool:
-        """``listed_by_other_owner``, asked once per call: a directory found again later
-        in the same call is the same answer."""
+        """Whether another owner records ``key`` as a directory, read now (sharing asks
+        this once per call: a directory found again later in the call is the same answer)."""
         if key in self._shared_checked:
             return False
         self._shared_checked.add(key)
-        return self._listed_by_any_other_owner(key)
+        return self.listings.listed_by_any(self.manifest_dir, self.manifest.owner, key)
 
     def note_dir(self, op: str, key: str) -> None:
         """Journal ``op`` (``add``, ``remove``) on directory ``key``, and count it for the
@@ -363,18 +362,6 @@ class Convergence:
         if self._others is None or self._others[0] != others:
             self._others = (others, self.listings.listed(self.manifest_dir, self.manifest.owner))
         return key in self._others[1]
-
-    def _listed_by_any_other_owner(self, key: str) -> bool:
-        """Whether another owner's manifest records ``key`` as a directory, read now."""
-        directory = self.manifest_dir
-        try:
-            names = os.listdir(directory)
-        except FileNotFoundError:
-            return False
-        # An owner with only a half-written snapshot lists nothing (``OwnerListings``).
-        owners = manifest_owners(names)
-        owners.discard(self.manifest.owner)
-        return any(self.listings.lists(directory, owner, key) for owner in sorted(owners))
 
     def place(self, art: Artifact, norm: str) -> None:
         """Create or update one artifact; untouched when it already matches.

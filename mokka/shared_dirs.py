@@ -45,14 +45,14 @@ class OwnerListings:
         #: this process.  Counted under the host's directory lock.
         self.notes = 0
 
+    def listed_by_any(self, directory: Path, exclude: str, key: str) -> bool:
+        """Whether an owner other than ``exclude`` records ``key`` as a directory (``lists``)."""
+        return any(self.lists(directory, owner, key) for owner in _others(directory, exclude))
+
     def listed(self, directory: Path, exclude: str) -> frozenset[str]:
         """Every directory an owner other than ``exclude`` records: ``lists``, for all keys."""
-        try:
-            names = os.listdir(directory)
-        except FileNotFoundError:
-            return frozenset()
         found: set[str] = set()
-        for owner in manifest_owners(names) - {exclude}:
+        for owner in _others(directory, exclude):
             ops = self._parsed(f"{directory}/{owner}.journal", _journal_ops)
             if ops is _REFUSED:
                 continue
@@ -101,6 +101,16 @@ class OwnerListings:
             parsed = None if content is None else parse(content)
         self._files.keep(path, signature, parsed)
         return parsed
+
+
+def _others(directory: Path, exclude: str) -> list[str]:
+    """The owners with bookkeeping in ``directory`` but ``exclude``, in name order (an
+    owner with only a half-written snapshot is none: ``statedir.manifest_owners``)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(manifest_owners(names) - {exclude})
 
 
 def _journal_ops(content: bytes) -> dict[str, object]:
