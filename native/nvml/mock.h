@@ -21,7 +21,7 @@
  *   firmware.c    VBIOS, InfoROM (and its black box flush), GSP firmware
  *   modes.c       operating modes (persistence, compute, GOM, ...) and MIG
  *   failure.c     per-process failure injection (lost GPUs, ECC storms)
- *   pci.c         PCI identity, link state, topology and affinity
+ *   pci.c         PCI identity, bus type, link state, topology and affinity
  *   memory.c      frame buffer, BAR1, ECC, retired pages, remapped rows
  *   processes.c   the processes running on a GPU (profile's and holders)
  *   power.c       power draw and limits, total energy, performance state

@@ -1,6 +1,6 @@
 /*
- * PCI identity, PCIe link state, and the topology derived from the
- * profile's root complexes.
+ * PCI identity, bus type, PCIe link state and top speed, and the topology
+ * derived from the profile's root complexes.
  *
  * Topology levels follow what a real host reports for the same layout:
  * the same GPU is INTERNAL; two GPUs under one root complex meet at its
@@ -145,6 +145,47 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device,
     if (maxLinkGenDevice == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     return mock_read(device, read_device_max_gen, maxLinkGenDevice);
+}
+
+/* NVML's code for a generation's per-lane rate (NVML_PCIE_LINK_MAX_SPEED_*),
+ * indexed by generation; a generation past the table has none. */
+static const unsigned MAX_SPEED_CODES[] = {
+    NVML_PCIE_LINK_MAX_SPEED_INVALID,   /* no generation 0 */
+    NVML_PCIE_LINK_MAX_SPEED_2500MBPS,  /* Gen 1 */
+    NVML_PCIE_LINK_MAX_SPEED_5000MBPS,  /* Gen 2 */
+    NVML_PCIE_LINK_MAX_SPEED_8000MBPS,  /* Gen 3 */
+    NVML_PCIE_LINK_MAX_SPEED_16000MBPS, /* Gen 4 */
+    NVML_PCIE_LINK_MAX_SPEED_32000MBPS, /* Gen 5 */
+    NVML_PCIE_LINK_MAX_SPEED_64000MBPS, /* Gen 6 */
+};
+
+/* The link's top rate, from the generation nvmlDeviceGetMaxPcieLinkGeneration
+ * answers (pcie.max_link_gen), so the two never disagree.  The answer is
+ * the code (5 for 32000 MB/s), not a number of MB/s: clients such as
+ * nvidia-settings map the code to the rate. */
+static int read_max_speed(const struct mock_config *cfg, unsigned pos, void *out)
+{
+    unsigned gen;
+    if (!mock_dev_uint(cfg, pos, "pcie.max_link_gen", &gen) || gen == 0 ||
+        gen >= MOCK_COUNT(MAX_SPEED_CODES))
+        return 0;
+    *(unsigned *)out = MAX_SPEED_CODES[gen];
+    return 1;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t device, unsigned int *maxSpeed)
+{
+    if (maxSpeed == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return mock_read(device, read_max_speed, maxSpeed);
+}
+
+/* Every simulated board is a PCI Express device: SXM modules sit on a PCIe
+ * link of the baseboard, and a GB200's GPU on its Grace CPU's Gen 5 root
+ * port (NVLink-C2C is no bus type NVML has a word for). */
+MOCK_API nvmlReturn_t nvmlDeviceGetBusType(nvmlDevice_t device, nvmlBusType_t *type)
+{
+    return mock_constant_uint(device, MOCK_GUARDED, NVML_BUS_TYPE_PCIE, type);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device,
