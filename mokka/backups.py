@@ -27,7 +27,7 @@ import attrs
 from mokka import fsops
 from mokka.errors import HostPathError, UntrustedBookkeepingError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import check_private_dir, make_private_dir, read_private, write_private
+from mokka.private_files import check_private_dir, make_private_dir, read_private, write_private
 
 
 def owner_dir(backups: Path, owner: str, *, create: bool) -> Path | None:

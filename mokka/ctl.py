@@ -14,10 +14,11 @@ accepted as a key and matches nothing until a GPU with that UUID exists.
 
 The file is found from the node root (``--root``, env ``MOKKA_ROOT``, the
 same default as the daemon) or named directly (``--file``).  Under a node
-root the file and its lock are never reached through a symlink, and both
-are written through ``Host``, which records them in the manifests of
-``overrides.MANIFEST_OWNERS`` before creating them: ``mokka cleanup`` then
-removes them, and the directories they kept, after a killed daemon.
+root the file and its lock are never reached through a symlink, and the
+first call records both in the manifests of ``overrides.MANIFEST_OWNERS``
+through ``Host`` before creating them: ``mokka cleanup`` then removes them,
+and the directories they kept, after a killed daemon.  Later calls find
+them recorded and rewrite the file without the host (``mokka.ctl_records``).
 
 The file is the whole interface: ``mokka ctl`` never talks to the daemon,
 so it works from ``kubectl exec`` in the pod, from the host, or from a
@@ -36,7 +37,8 @@ A call imports only what its verb needs (a drill makes one per change):
 nothing of the daemon, and the ``ib-counter`` verb's module only when it
 is named; it builds the parser of that one verb only; a ``--gpu`` target
 is checked by reading the engine config's identity lines, not by parsing
-the whole file as YAML.
+the whole file as YAML; the host's bookkeeping (and attrs) only for the
+first write; PyYAML only for a file Mokka did not write as JSON.
 
 This module runs a parsed call: it finds the file, has
 ``update_overrides`` change it (through the node root's ``Host`` when
@@ -60,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from mokka import layout
 from mokka.ctl_edits import apply, build_edit, reset
+from mokka.ctl_records import already_recorded, rewrite
 from mokka.ctl_status import status
 from mokka.ctl_targets import parse_target
 from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
@@ -115,13 +118,13 @@ def run(args: argparse.Namespace) -> int:
         if args.verb == "status":
             # read-only and lock-free: a rename never shows a half-written file
             return status(path, args, root=node_root(args))
-        host = node_host(args)
+        root = node_root(args)
         target = None if args.gpu is None else parse_target(args.gpu, path)
         if args.verb == "reset":
-            change(path, host, lambda doc: reset(doc, target))
+            change(path, root, lambda doc: reset(doc, target))
         else:
             edit = build_edit(args)
-            change(path, host, lambda doc: apply(doc, target or "all", edit))
+            change(path, root, lambda doc: apply(doc, target or "all", edit))
     except (CtlError, SpecError) as exc:
         # one line per problem, each already naming the flag or the field
         problems = exc.problems if isinstance(exc, SpecError) else (str(exc),)
@@ -173,32 +176,39 @@ def overrides_path(args: argparse.Namespace) -> Path:
     return Path(args.file) if root is None else NodeRoot(root).resolve(layout.OVERRIDES)
 
 
-def change(path: Path, host: Host | None,
+def change(path: Path, root: Path | None,
            edit: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
-    """``update_overrides``, through the node root's ``Host`` when there is one.
+    """``update_overrides``, recording the file and its lock first when under a node root.
 
-    Under a root, the lock is converged first (owner ``MANIFEST_OWNERS[1]``,
-    an empty file) so it is recorded before it exists, and the new text is
-    converged as the file (owner ``MANIFEST_OWNERS[0]``) in place of the
-    plain write: two owners, because each converge names the whole set of
-    its owner's paths and the lock is made before the file's text is known.
-    Both converges run under ``records_locked`` (the config directory's
-    ``flock``): calls at once take turns, and the daemon's reset at start
-    never interleaves with them.  Nothing is created while the config
-    directory is missing: ``require_config_dir`` reports that (a wrong
-    ``--root``).
+    Under a root, the lock is converged through ``Host`` first (owner
+    ``MANIFEST_OWNERS[1]``, an empty file) so it is recorded before it
+    exists, and the new text is converged as the file (owner
+    ``MANIFEST_OWNERS[0]``) in place of the plain write: two owners,
+    because each converge names the whole set of its owner's paths and the
+    lock is made before the file's text is known.  Once an earlier call has
+    recorded both (``ctl_records.already_recorded``), the text is rewritten
+    in place without loading the host (``ctl_records.rewrite``).  All of it
+    runs under ``records_locked`` (the config directory's ``flock``): calls
+    at once take turns, and the daemon's reset at start never interleaves
+    with them.  Nothing is created while the config directory is missing:
+    ``require_config_dir`` reports that (a wrong ``--root``).
     """
-    if host is None:
+    if root is None:
         update_overrides(path, edit)
         return
-    from mokka.host import File
-
-    file_owner, lock_owner = MANIFEST_OWNERS
-    lock = lock_path(Path(layout.OVERRIDES)).as_posix()
     require_config_dir(path)
-    with records_locked(path, root=host.root):
+    with records_locked(path, root=root):
+        if already_recorded(root):
+            update_overrides(path, edit, root=root,
+                             store=lambda text: rewrite(path, text, root))
+            return
+        from mokka.host import File, Host
+
+        host = Host(root)
+        file_owner, lock_owner = MANIFEST_OWNERS
+        lock = lock_path(Path(layout.OVERRIDES)).as_posix()
         host.converge(lock_owner, [File(lock, b"", FILE_MODE)])
         update_overrides(
-            path, edit, root=host.root,
+            path, edit, root=root,
             store=lambda text: host.converge(file_owner, [File(layout.OVERRIDES, text, FILE_MODE)]),
         )

@@ -6,15 +6,14 @@ one job is the bookkeeping itself:
 * durability: the record of a path is written before the path exists, so a
   fresh process can discard what a killed one left behind;
 * privacy: every bookkeeping directory is created 0700 and every file 0600
-  whatever the umask, because the daemon (usually root) acts on what they
-  say: a journal line makes teardown delete a path, a backup makes it create
-  a file with a recorded mode;
+  whatever the umask (``mokka.private_files``, with the check that they still
+  are), because the daemon (usually root) acts on what they say;
 * trust: before anything in a manifest, journal or backup is acted on, the
-  file and its directory must be owned by the daemon's uid (or root) and not
-  writable by group or others, and every record must be one the daemon could
-  have written (a node path beneath the root, outside the bookkeeping, of a
-  kind it knows).  Anything else is refused with ``UntrustedBookkeepingError``
-  naming the file and why, and *nothing* from that file is acted on.
+  file and its directory must be private (``check_private``), and every
+  record must be one the daemon could have written (a node path beneath the
+  root, outside the bookkeeping, of a kind it knows).  Anything else is
+  refused with ``UntrustedBookkeepingError`` naming the file and why, and
+  *nothing* from that file is acted on.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import errno
 import json
 import os
 import re
-import stat
 from pathlib import Path
 
 import attrs
@@ -33,136 +31,23 @@ from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.layout import MOKKA_STATE_DIR
 from mokka.lazylogger import LazyLogger
+from mokka.private_files import (
+    PRIVATE_FILE_MODE,
+    check_private,
+    check_private_dir,
+    make_private_dir,
+    read_private,
+    write_private,
+)
 
 logger = LazyLogger(__name__)
 
-#: Modes of Mokka's own bookkeeping: nobody but the daemon reads or writes it.
-PRIVATE_DIR_MODE = 0o700
-PRIVATE_FILE_MODE = 0o600
 #: What a manifest records a path as (``mokka.convergence`` notes these).
 KINDS = frozenset({"file", "symlink", "device", "dir"})
 #: A backup's name: the first 32 hex digits of the sha256 of its node path.
 _BACKUP_NAME = re.compile(r"[0-9a-f]{32}")
 #: Suffix of a snapshot being written (``compact``); a kill can leave one.
 TMP_SUFFIX = ".json.tmp"
-
-
-# --------------------------------------------------------------------------
-# Private files and directories, and the check that they still are
-# --------------------------------------------------------------------------
-
-
-def trusted_uids() -> frozenset[int]:
-    """The owners bookkeeping may have: the daemon's effective uid, and root."""
-    return frozenset({0, os.geteuid()})
-
-
-def check_private(path: Path, st: os.stat_result, *, directory: bool) -> None:
-    """Refuse bookkeeping that is not what the daemon made it: type, owner, mode.
-
-    ``st`` comes from ``lstat`` (or ``fstat`` of a descriptor opened with
-    ``O_NOFOLLOW``): a symlink standing where a journal or the manifest
-    directory should be is refused too, since its target is someone's choice.
-    """
-    want = "a directory" if directory else "a regular file"
-    is_right_type = stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)
-    if not is_right_type:
-        raise UntrustedBookkeepingError(
-            f"{path}: Mokka bookkeeping is not {want} (a symlink or something else stands "
-            "there); refusing to act on it"
-        )
-    if st.st_uid not in trusted_uids():
-        raise UntrustedBookkeepingError(
-            f"{path}: Mokka bookkeeping owned by uid {st.st_uid}, expected {_expected_owner()}; "
-            "someone else could have written it, so "
-            "nothing in it is acted on (check it, then fix its owner or remove it)"
-        )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        wanted = PRIVATE_DIR_MODE if directory else PRIVATE_FILE_MODE
-        raise UntrustedBookkeepingError(
-            f"{path}: Mokka bookkeeping has mode {stat.S_IMODE(st.st_mode):04o}, writable by "
-            "group or others; someone else could have written it, so nothing in it is acted "
-            f"on (check it, then chmod it {wanted:04o}"
-            " or remove it)"
-        )
-
-
-def _expected_owner() -> str:
-    euid = os.geteuid()
-    return "uid 0 (root, the daemon)" if euid == 0 else f"uid {euid} (the daemon) or 0 (root)"
-
-
-def check_private_dir(path: Path) -> bool:
-    """Whether the bookkeeping directory ``path`` exists; refused when it is not private."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    check_private(path, st, directory=True)
-    return True
-
-
-def make_private_dir(path: Path) -> None:
-    """Create a bookkeeping directory 0700 (whatever the umask), or check the one there."""
-    try:
-        os.mkdir(path, PRIVATE_DIR_MODE)
-    except FileExistsError:
-        check_private_dir(path)
-        return
-    # mkdir honours the umask, which could only have removed bits; chmod is
-    # for the record: the mode is the one the check expects, exactly.
-    os.chmod(path, PRIVATE_DIR_MODE)
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write a new bookkeeping file 0600; a failure (ENOSPC) leaves no partial file.
-
-    ``O_EXCL | O_NOFOLLOW``: a name someone planted (a link to ``/etc/shadow``)
-    makes the write fail instead of writing through it.
-    """
-    fd = os.open(
-        path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE
-    )
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except BaseException as exc:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = str(path)  # a failed ``write`` (ENOSPC) names no file
-        raise
-    os.close(fd)
-
-
-def write_private_replacing(path: Path, data: bytes) -> None:
-    """Write a bookkeeping file whole, replacing the one there atomically (temp and rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    write_private(tmp, data)
-    os.replace(tmp, path)
-
-
-def read_private(path: Path) -> bytes | None:
-    """A bookkeeping file's content once it passed ``check_private``; ``None`` when absent."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
-            check_private(path, os.lstat(path), directory=False)
-        raise
-    try:
-        check_private(path, os.fstat(fd), directory=False)
-    except BaseException:
-        os.close(fd)
-        raise
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
 
 
 # --------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from mokka import backups, fsops
 from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.lazylogger import LazyLogger
-from mokka.writebatch import temp_name
+from mokka.noderoot import temp_name
 
 if TYPE_CHECKING:
     from mokka.convergence import Convergence

@@ -24,7 +24,7 @@ from typing import Final
 
 from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
-from mokka.manifest import read_private
+from mokka.private_files import read_private
 from mokka.statedir import manifest_owners
 
 #: A file that failed its trust checks or could not be read: it lists nothing.

@@ -27,16 +27,15 @@ import attrs
 from mokka.errors import HostPathError, UntrustedBookkeepingError
 from mokka.fsops import rmdir_empty_tree
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import (
-    TMP_SUFFIX,
+from mokka.manifest import TMP_SUFFIX, is_node_path
+from mokka.noderoot import NodeRoot
+from mokka.private_files import (
     check_private_dir,
-    is_node_path,
     make_private_dir,
     read_private,
     write_private,
     write_private_replacing,
 )
-from mokka.noderoot import NodeRoot
 
 #: Where releases before the record moved to the top of the root kept it (in the state directory).
 _LEGACY_PARENTS_MARKER = "created-parents.json"

@@ -19,15 +19,10 @@ import attrs
 
 from mokka import fsops
 from mokka.artifacts import Artifact, CharDevice, File, Symlink
+from mokka.noderoot import temp_name
 
 #: Batches of at most this many regular files are synced file by file (``commit``).
 _FILE_SYNC_BATCH = 4
-
-
-def temp_name(real: str) -> str:
-    """Where a new entry for ``real`` is written before it is renamed over it (beside it)."""
-    directory, _, name = real.rpartition("/")
-    return f"{directory}/.{name}.mokka-tmp"
 
 
 @attrs.define(eq=False)

@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from mokka import ctl, ctl_records
 from mokka.errors import HostFaultError, StageError
 from mokka.faults import owner_line
 from mokka.host import File, Host
+from mokka.layout import CONFIG_DIR, OVERRIDES
 from mokka.simulators.gpudriver import _converge_all
+from mokka.state.overrides import MANIFEST_OWNERS
 from tests.support import require_tool, snapshot
 
 FULL = r"No space left on device \(ENOSPC\): the filesystem holding the node root is full"
@@ -103,3 +106,25 @@ def test_owner_line_names_the_owner_once() -> None:
     assert owner_line("t", HostFaultError("t: /x: full")) == "t: /x: full"
     assert owner_line("t", OSError("disk")) == "t: disk"
     assert owner_line("t", ValueError("tt: other")) == "t: tt: other"
+
+
+def test_a_recorded_overrides_file_that_cannot_be_rewritten_is_named(
+    disk: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mokka ctl`` on a full disk, once its files are recorded (``ctl_records.rewrite``)."""
+    root = disk / "node"
+    host = Host(root)
+    host.converge("gpudriver-config", [File(CONFIG_DIR + "/config.yaml", b"format: 1\n")])
+    assert ctl.main(["temp", "--root", str(root), "--gpu", "0", "--celsius", "60"]) == 0
+    assert ctl_records.already_recorded(root)
+    before = snapshot(root)
+    fill(disk)
+    capsys.readouterr()
+    assert ctl.main(["temp", "--root", str(root), "--gpu", "0", "--celsius", "61"]) == 1
+    path = root / OVERRIDES.lstrip("/")
+    assert capsys.readouterr().err == f"mokka ctl: error: {path}: No space left on device\n"
+    assert snapshot(root) == before  # the old file whole, and no temp file beside it
+    (disk / "filler").unlink()
+    for owner in (*MANIFEST_OWNERS, "gpudriver-config"):
+        host.discard(owner)
+    assert os.listdir(root) == []

@@ -43,7 +43,7 @@ import yaml
 from mokka.errors import SpecError
 from mokka.state import checks
 from mokka.state.compile import NodeMeta, compile_state, load_inputs
-from mokka.state.overrides import Overrides, parse_overrides
+from mokka.state.override_doc import Overrides, parse_overrides
 from mokka.state.profile import BUILTIN_PROFILES, Profile, parse_profile, read_profile_text
 from mokka.state.reader import load_yaml
 from mokka.state.topology import parse_topology, topology_from_mapping
@@ -256,7 +256,7 @@ def test_gpu_targets_and_device_keys_never_raise_anything_else(tmp_path) -> None
     either a key (the same one for both) or a clear refusal."""
     from mokka.ctl_targets import parse_target
     from mokka.errors import CtlError
-    from mokka.state.overrides import device_key
+    from mokka.state.override_doc import device_key
 
     rng = random.Random(7)
     alphabet = "0123456789abcdefABCDEF-GPU \t\n\u00b2\u0663\u00bd\u2167\uff11x"

@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 
 from mokka.errors import MokkaError, SpecError
-from mokka.state.overrides import (
-    Overrides,
-    load_overrides,
-    lock_path,
-    parse_overrides,
-    reset_file,
-    update_overrides,
-)
+from mokka.state.override_doc import Overrides, parse_overrides
+from mokka.state.overrides import load_overrides, lock_path, reset_file, update_overrides
 
 EXAMPLE = """\
 version: 1

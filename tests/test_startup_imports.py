@@ -8,8 +8,9 @@ and in memory (docs/benchmarks.md, "Goals").  These tests pin the module
 interpreter through ``mokka.cli.main`` and reports which of the modules it
 must not need ended up in ``sys.modules``.
 
-``yaml`` is not on ctl's list: every verb reads the overrides file, which is
-YAML, and its ``Overrides`` model is an attrs class, so neither can go.
+The first writing call under a node root records its files through
+``Host`` (attrs and all); a later one, and ``status``, load neither the
+host nor attrs, nor PyYAML for the file Mokka writes as JSON.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ CTL_NEVER = (*DAEMON_STACK, "mokka.settings", "socket", "subprocess", "importlib
 #: for ``syncfs``).
 STATUS_NEVER = (*CTL_NEVER, "mokka.host", "mokka.manifest", "mokka.statedir",
                 "mokka.convergence", "mokka.backups", "hashlib", "ctypes")
+#: A writing call once the file and its lock are recorded (``mokka.ctl_records``),
+#: and ``status``: nothing of the host's bookkeeping, no attrs, no PyYAML.
+RECORDED_NEVER = (*STATUS_NEVER, "attrs", "yaml")
 #: What a running daemon needs only when it is asked for: the metrics
 #: library (a ``/metrics`` scrape), the kubelet client (a kubelet socket),
 #: the IMEX archive's download and unpacking (an archive to install), and
@@ -131,6 +135,20 @@ def test_ctl_status_imports_nothing_that_writes(staged, tmp_path: Path):
         code, modules = imported(argv, STATUS_NEVER, cwd=tmp_path)
         assert code == 0
         assert modules == []
+
+
+def test_ctl_calls_after_the_first_load_no_host_attrs_or_yaml(staged, tmp_path: Path):
+    root, uuid = staged
+    first = ["ctl", "temp", "--root", str(root), "--gpu", "0", "--celsius", "70"]
+    code, modules = imported(first, ("mokka.host", "attrs"), cwd=tmp_path)
+    assert code == 0
+    assert "mokka.host" in modules  # the first call records the file and its lock
+    assert "attrs" in modules
+    for argv in (first, ["ctl", "xid", "--root", str(root), "--gpu", uuid, "--code", "79"],
+                 ["ctl", "fail", "--root", str(root), "--gpu", "all", "--mode", "fallen_off_bus"],
+                 ["ctl", "reset", "--root", str(root), "--gpu", "0"],
+                 ["ctl", "status", "--root", str(root)]):
+        assert imported(argv, RECORDED_NEVER, cwd=tmp_path) == (0, []), argv
 
 
 def test_fabricmanager_ctl_imports_nothing_of_the_daemon(staged, tmp_path: Path):

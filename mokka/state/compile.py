@@ -55,7 +55,8 @@ from mokka.state.model import (
     Topology,
     Xid,
 )
-from mokka.state.overrides import Overrides, load_overrides
+from mokka.state.override_doc import Overrides
+from mokka.state.overrides import load_overrides
 from mokka.state.profile import DeviceSpec, Profile, load_profile
 from mokka.state.topology import load_topology
 

@@ -1,17 +1,7 @@
 """The runtime overrides file: failure injection and metric pins, changed live.
 
-```yaml
-version: 1
-all: {thermal: {temperature_gpu_c: 70}}          # merged into every device
-devices:
-  "0": {failure: {mode: ecc_uncorrectable, after_calls: 1, xid: {code: 79}}}
-  "GPU-0a1b…": {utilization: {gpu: 90}}          # by per-node UUID
-```
-
-Compilation merges ``profile device < all < devices[index] < devices[uuid]``
-(``mokka.state.compile``).  Parsing is strict: every key must be one the
-schema (``mokka.state.override_schema``) knows, and identity fields are
-refused, so a typo is an error at write time rather than a silent no-op.
+What the file says (its model, validation and text) is
+``mokka.state.override_doc``; this module owns the file itself.
 
 Writers (``mokka ctl``, tests) go through ``update_overrides``: an exclusive
 ``flock`` on the sibling ``overrides.yaml.lock``, read, change, validate the
@@ -28,7 +18,8 @@ the file, the lock and every directory on the way to them are reached from
 the root without following any link (``mokka.state.reader.open_parent``).
 Under the root, ``mokka ctl`` records both in the manifests of
 ``MANIFEST_OWNERS`` through ``Host`` before creating them, so
-``mokka cleanup`` removes them after a killed daemon.
+``mokka cleanup`` removes them after a killed daemon (``mokka.ctl_records``:
+once recorded, a call rewrites the file without the host).
 """
 
 from __future__ import annotations
@@ -39,31 +30,20 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
-import yaml
-
 from mokka.errors import MokkaError
 from mokka.lazylogger import LazyLogger
-from mokka.state import checks
-from mokka.state.checks import Problems, sub
-from mokka.state.override_schema import check_patch
-from mokka.state.reader import load_yaml, open_parent, read_input
+from mokka.state.override_doc import Overrides, parse_overrides, render
+from mokka.state.reader import open_parent, read_input
 
 logger = LazyLogger(__name__)
 
-TOP_LEVEL_KEYS = ("version", "all", "devices")
-#: Digits a device index key may have: far more than any GPU count, far
-#: fewer than ``int``'s limit on converting text.
-_MAX_INDEX_DIGITS = 32
 #: Readable by every user (``mokka ctl status``, a person inspecting the node),
 #: writable only by its owner: changes go through ``update_overrides``.
 FILE_MODE = 0o644
-#: libyaml's emitter when available: ``mokka ctl`` rewrites the whole file per change.
-_Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 #: The ``Host`` manifest owners under which ``mokka ctl`` records the file
 #: and its lock (and, shared, the directories above them) before creating
 #: them; the daemon discards both when it resets the file.
@@ -72,136 +52,6 @@ MANIFEST_OWNERS = ("runtime-overrides", "runtime-overrides-lock")
 #: process that holds the lock and never lets go must not stall the daemon's
 #: start or teardown (a writer holds it for milliseconds).
 RESET_LOCK_TIMEOUT = 2.0
-#: Tells whoever opens the file by hand that it is generated and short-lived.
-HEADER = (
-    "# Runtime overrides of the mock GPUs, written by `mokka ctl` (edits are validated there).\n"
-    "# A restart of the node agent resets this file.\n"
-)
-
-
-@attrs.frozen(kw_only=True)
-class Overrides:
-    """A validated overrides document.
-
-    Device keys are normalized (``device_key``), so ``0``, ``"0"`` and
-    ``"00"`` are one key and a UUID is one key in any case.  The patches
-    themselves are stored as written: they are merged into the device config
-    by the compiler, and the schema has already vouched for them.
-    """
-
-    #: always 1: ``from_mapping`` refuses any other version
-    version: int = 1
-    #: merged into every device
-    all: Mapping[str, Any] = attrs.field(factory=dict)
-    #: per device: key ``"<index>"`` or a GPU UUID (``GPU-`` + lower-case hex)
-    devices: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
-    #: the path it was read from, for messages; not part of equality, so the
-    #: same content read from two places compares equal
-    source: str = attrs.field(default="", eq=False)
-
-    @classmethod
-    def from_mapping(cls, doc: Any, *, source: str) -> Overrides:
-        """Validate ``yaml.safe_load`` output; an empty document is an empty overrides."""
-        if doc is None:
-            return cls(source=source)
-        p = Problems(source)
-        top = checks.as_mapping(p, "(document)", doc)
-        p.raise_if_any()
-        assert top is not None
-        top = checks.normalize_numbers(top)
-        checks.check_keys(p, "", top, TOP_LEVEL_KEYS)
-        version = checks.require(p, "", top, "version", "1")
-        if version is not None and (isinstance(version, bool) or version != 1):
-            p.add("version", f"{checks.found(version)} is not supported, expected 1")
-        all_patch: dict[str, Any] = {}
-        if top.get("all") is not None:
-            all_patch = checks.as_mapping(p, "all", top["all"]) or {}
-            check_patch(p, "all", all_patch)
-        devices: dict[str, dict[str, Any]] = {}
-        raw_devices = top.get("devices")
-        if raw_devices is not None:
-            for key, patch in (checks.as_mapping(p, "devices", raw_devices) or {}).items():
-                norm = device_key(key)
-                path = sub("devices", str(key))
-                if norm is None:
-                    p.add(path, f"{checks.found(key)} is not a GPU index or a GPU UUID "
-                          "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
-                    continue
-                if norm in devices:
-                    p.add(path, f"{key!r} names the same GPU as another key")
-                    continue
-                # ``"0":`` with nothing below it (left after an edit) is an empty patch
-                patch_map = checks.as_mapping(p, path, patch) if patch is not None else {}
-                if patch_map is None:
-                    continue
-                check_patch(p, path, patch_map)
-                devices[norm] = patch_map
-        p.raise_if_any()
-        return cls(version=1, all=all_patch, devices=devices, source=source)
-
-    @property
-    def empty(self) -> bool:
-        """No patch with any content: the same node as having no overrides file.
-
-        ``compile.content_hash`` hashes an empty document like a missing one,
-        so ``mokka ctl reset`` brings back the very hash (and generation) the
-        node had before the first edit, and the source publishes nothing new.
-        """
-        return not self.all and not any(self.devices.values())
-
-    def to_mapping(self) -> dict[str, Any]:
-        """The canonical document (what ``write_overrides`` writes, what hashing reads).
-
-        A deep copy: ``update_overrides`` hands it to the caller's ``change``,
-        which edits it in place, and this frozen value must not change with it.
-        """
-        doc: dict[str, Any] = {"version": self.version}
-        if self.all:
-            doc["all"] = checks.deep_merge({}, self.all)
-        if self.devices:
-            doc["devices"] = {k: checks.deep_merge({}, v) for k, v in self.devices.items()}
-        return doc
-
-    def layers_for(self, index: int, uuid: str) -> list[tuple[str, Mapping[str, Any]]]:
-        """The patches that apply to one GPU, weakest first, each with its label.
-
-        A UUID key beats an index key: the UUID names one GPU on one node
-        for good, while an index names whichever GPU sits in that slot.  The
-        label (``devices.0``) places an Xid entry for its stable id.
-        """
-        layers: list[tuple[str, Mapping[str, Any]]] = []
-        if self.all:
-            layers.append(("all", self.all))
-        for key in (str(index), device_key(uuid)):
-            if self.devices.get(key):
-                layers.append((f"devices.{key}", self.devices[key]))
-        return layers
-
-
-def device_key(key: Any) -> str | None:
-    """Normalize a ``devices`` key: an index (``0``, ``"0"``) or a GPU UUID; ``None`` if neither.
-
-    YAML gives an unquoted ``0:`` as an int and a quoted one as a string;
-    both become ``"0"``.  UUIDs become lower-case hex after ``GPU-``, the
-    spelling ``mokka.state.identity`` produces, so a pasted upper-case UUID
-    still matches its GPU.
-    """
-    if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
-        return str(key)
-    if isinstance(key, str):
-        # ASCII digits only: ``str.isdigit`` also says yes to ``"²"``, which
-        # ``int`` refuses; and a key of thousands of digits is no index
-        # either (``int`` refuses those too, beyond its 4300-digit limit).
-        if key.isascii() and key.isdigit() and len(key) <= _MAX_INDEX_DIGITS:
-            return str(int(key))
-        if checks.GPU_UUID_RE.fullmatch(key):
-            return "GPU-" + key[4:].lower()
-    return None
-
-
-def parse_overrides(text: str, *, source: str) -> Overrides:
-    """Parse and validate an overrides file's text; ``SpecError`` lists every problem."""
-    return Overrides.from_mapping(load_yaml(text, source), source=source)
 
 
 def load_overrides(path: Path, *, root: Path | None = None) -> Overrides | None:
@@ -376,12 +226,6 @@ def write_overrides(path: Path, overrides: Overrides) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-def render(overrides: Overrides) -> str:
-    """The file's text: the header, then the canonical document."""
-    return HEADER + yaml.dump(overrides.to_mapping(), Dumper=_Dumper, sort_keys=False,
-                              default_flow_style=False)
 
 
 def require_config_dir(path: Path) -> None:

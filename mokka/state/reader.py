@@ -44,8 +44,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mokka.errors import SpecError
 
 #: Largest input file read, in bytes.  Real profiles are a few KiB; a file
@@ -214,37 +212,6 @@ def _kind(mode: int) -> str:
 # ---- YAML ----------------------------------------------------------------
 
 
-#: libyaml's parser when PyYAML was built with it (ten times faster), else pure Python.
-_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
-    """``SafeLoader`` without YAML 1.1's base-60 numbers.
-
-    Under YAML 1.1 an unquoted ``0000:53:00.0`` is the float 190980.0 and
-    ``12:30`` the int 750.  Helm re-renders profiles without quoting bus ids
-    (Go's YAML library has no base-60), so read numbers the YAML 1.2 way.
-    """
-
-
-_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-# Drop every inherited int/float resolver (they carry the base-60 forms), then
-# add the rest of YAML 1.1's forms back: binary, leading-zero octal, decimal
-# and hex ints; floats need a dot in the mantissa and a sign in the exponent
-# (``2.06158430208e+11``), so ``1e5`` stays a string as under PyYAML's default.
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
-    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(_INT, re.compile(
-    r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"))
-_Loader.add_implicit_resolver(_FLOAT, re.compile(
-    r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
-
-
 def load_yaml(text: str, source: str) -> Any:
     """Parse YAML (safe, no base-60); syntax errors become ``SpecError`` naming line and column.
 
@@ -265,8 +232,13 @@ def load_yaml(text: str, source: str) -> Any:
         # Text that did not come through ``read_input`` (a ``ctl set`` value)
         raise SpecError(f"{source}: larger than {MAX_INPUT_BYTES} characters, expected YAML "
                         f"of at most {MAX_INPUT_BYTES // (1024 * 1024)} MiB")
+    # imported here: a process that reads only JSON never loads PyYAML (module docstring)
+    import yaml
+
+    from mokka.state.yaml_loader import Loader
+
     try:
-        doc = yaml.load(text, Loader=_Loader)
+        doc = yaml.load(text, Loader=Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
@@ -282,6 +254,76 @@ def load_yaml(text: str, source: str) -> Any:
     if problem is not None:
         raise SpecError(f"{source}: {problem}")
     return doc
+
+
+# ---- JSON ----------------------------------------------------------------
+
+#: Blank lines and whole-line comments before a document (a file's header).
+_LEADING_COMMENTS = re.compile(r"(?:[ \t]*(?:#[^\n]*)?\n)*")
+#: Text YAML reads otherwise than JSON, or refuses: a control character but
+#: tab and line breaks; an escaped surrogate (JSON joins a pair into one
+#: character, YAML reads two).  Non-ASCII text is left to YAML altogether:
+#: YAML refuses some characters JSON takes (C1 controls, U+FFFE).
+_NOT_READ_ALIKE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\\u[dD][89a-fA-F]")
+#: A JSON number with a fraction that YAML reads as a float too: YAML 1.1
+#: wants a dot and a signed exponent (``1e5``, ``1.5e3`` are strings there).
+_YAML_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?")
+
+
+class _ReadOtherwise(Exception):
+    """YAML would read this JSON text to a different value: read it as YAML."""
+
+
+def _yaml_float(text: str) -> float:
+    if not _YAML_FLOAT.fullmatch(text):
+        raise _ReadOtherwise
+    return float(text)
+
+
+def _yaml_constant(name: str) -> Any:
+    raise _ReadOtherwise  # ``NaN``, ``Infinity``: words YAML reads as strings
+
+
+def json_reading(text: str) -> Any:
+    """The value of ``text`` read as a JSON object, when YAML would read the same; else ``None``.
+
+    YAML 1.2 reads a JSON text to the same value, and Mokka's YAML reading
+    (``load_yaml``) agrees with it but where this declines: fractions
+    without a dot or a signed exponent, ``NaN``/``Infinity``, escaped
+    surrogates, control characters, non-ASCII text.  Leading blank lines
+    and ``#`` comment lines are skipped, so a JSON document under a comment
+    header (the overrides file Mokka writes) is read here too.  A text JSON
+    refuses, or nests deeper than its parser goes, is ``None``: the YAML
+    reading then reports it.
+    """
+    # imported here: the profile and topology readers never read JSON
+    import json
+
+    body = text[_LEADING_COMMENTS.match(text).end():]  # type: ignore[union-attr]
+    if not body.startswith("{") or not body.isascii() or _NOT_READ_ALIKE.search(body):
+        return None
+    try:
+        return json.loads(body, parse_float=_yaml_float, parse_constant=_yaml_constant)
+    except (_ReadOtherwise, ValueError, RecursionError):
+        return None
+
+
+def load_json_or_yaml(text: str, source: str) -> Any:
+    """``load_yaml``'s value for ``text``, read as JSON when JSON reads it the same.
+
+    The standard library's JSON parser is much cheaper to load and to run
+    than PyYAML: a reader that meets only JSON text (``mokka ctl`` reading
+    the overrides file it writes) never imports PyYAML.  The result passes
+    the same bounds as YAML's (``shape_problem``).
+    """
+    if len(text) <= MAX_INPUT_BYTES:
+        doc = json_reading(text)
+        if doc is not None:
+            problem = shape_problem(doc)
+            if problem is not None:
+                raise SpecError(f"{source}: {problem}")
+            return doc
+    return load_yaml(text, source)
 
 
 def _children(value: Any) -> list[Any]:
