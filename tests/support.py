@@ -9,6 +9,7 @@ import stat
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -144,3 +145,13 @@ def journal(directory: Path, owner: str, *records: dict) -> None:
         os.write(fd, b"".join(json.dumps(r).encode() + b"\n" for r in records))
     finally:
         os.close(fd)
+
+
+def typed(value: Any) -> Any:
+    """``value`` with each scalar's type beside it, for comparing two readings of a text:
+    ``1``, ``1.0`` and ``True`` are equal to Python and differ here."""
+    if isinstance(value, dict):
+        return [(typed(k), typed(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return ["list", *(typed(v) for v in value)]
+    return (type(value).__name__, value)

@@ -43,10 +43,11 @@ import yaml
 from mokka.errors import SpecError
 from mokka.state import checks
 from mokka.state.compile import NodeMeta, compile_state, load_inputs
-from mokka.state.override_doc import Overrides, parse_overrides
+from mokka.state.override_doc import Overrides, parse_overrides, render
 from mokka.state.profile import BUILTIN_PROFILES, Profile, parse_profile, read_profile_text
-from mokka.state.reader import load_yaml
+from mokka.state.reader import json_reading, load_yaml
 from mokka.state.topology import parse_topology, topology_from_mapping
+from tests.support import typed
 
 #: Documents tried per seed; the seeds below multiply it.  Small enough for
 #: the suite (a few seconds), large enough that every mutation kind meets
@@ -221,6 +222,8 @@ ODD_YAML = (
     "0x" + "f" * 40, "1:20", ".nan", "-.inf", "~", "'\u00b2'", "\"\\x00\"", "{? [a]: 1}",
     # found by bench/fuzz_state.py: PyYAML's IndexError / KeyError on empty typed scalars
     "!!float _", "!!int ''", "!!bool ''", "!!timestamp ''",
+    # numbers and strings JSON reads otherwise than YAML 1.1 (``reader.json_reading``)
+    "1e5", "1.5e3", "1.5E+3", "-0", "NaN", "Infinity", '"\\ud83d\\ude00"', '"\\u00e9"',
 )
 
 
@@ -301,7 +304,9 @@ def base_texts() -> dict[str, list[str]]:
         "profile": [read_profile_text(name)[1] for name in BUILTIN_PROFILES],
         "topology": [yaml.safe_dump(TOPOLOGY_DOC, sort_keys=False),
                      yaml.safe_dump({"topology": {"enabled": True, **TOPOLOGY_DOC}})],
-        "overrides": [yaml.safe_dump(OVERRIDES_DOC, sort_keys=False)],
+        "overrides": [yaml.safe_dump(OVERRIDES_DOC, sort_keys=False),
+                      # as ``mokka ctl`` writes it: JSON, read without YAML where it can be
+                      render(Overrides.from_mapping(OVERRIDES_DOC, source="o.yaml"))],
     }
 
 
@@ -342,9 +347,10 @@ def mutate_text(text: str, rng: random.Random) -> tuple[str, list[str]]:
             lines.insert(0, bomb)
             notes.append(f"alias bomb {alias} at line {at}")
         elif kind == 4 and ": " in lines[at]:
-            key, _, _ = lines[at].partition(": ")
+            key, _, value = lines[at].partition(": ")
             odd = rng.choice(ODD_YAML)
-            lines[at] = f"{key}: {odd}"
+            # a JSON line keeps the comma that ends it, so the text stays JSON
+            lines[at] = f"{key}: {odd}{',' if value.endswith(',') else ''}"
             notes.append(f"line {at} = {odd[:30]!r}")
         elif kind == 5:
             joined = "\n".join(lines)
@@ -376,6 +382,8 @@ def text_outcome(kind: str, text: str, directory: Path | None) -> str:
     are at most ``MAX_PROBLEMS`` of them (plus the count of the rest).
     """
     source = "fuzz.yaml"
+    if kind == "overrides":
+        json_reads_as_yaml(text)
     try:
         if directory is not None:
             path = directory / source
@@ -402,6 +410,18 @@ def text_outcome(kind: str, text: str, directory: Path | None) -> str:
         return "refused"
     compiled(profile, topology=topology, overrides=overrides)
     return "ok"
+
+
+def json_reads_as_yaml(text: str) -> None:
+    """A text the JSON reading takes must read the same to YAML, where YAML reads it at all."""
+    doc = json_reading(text)
+    if doc is None:
+        return
+    try:
+        other = load_yaml(text, "fuzz.yaml")
+    except SpecError:
+        return  # JSON is laxer about line breaks inside a mapping; the meaning is not at stake
+    assert typed(doc) == typed(other), "the JSON and the YAML reading of this text differ"
 
 
 @attrs.define

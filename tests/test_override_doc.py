@@ -11,7 +11,6 @@ JSON reading wherever the latter answers.
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 import pytest
 import yaml
@@ -19,16 +18,7 @@ import yaml
 from mokka.errors import SpecError
 from mokka.state.override_doc import HEADER, Overrides, parse_overrides, render
 from mokka.state.reader import MAX_DEPTH, json_reading, load_json_or_yaml, load_yaml
-
-
-def typed(value: Any) -> Any:
-    """``value`` with each scalar's type beside it: ``1``, ``1.0`` and ``True`` differ."""
-    if isinstance(value, dict):
-        return [(typed(k), typed(v)) for k, v in value.items()]
-    if isinstance(value, list):
-        return ["list", *(typed(v) for v in value)]
-    return (type(value).__name__, value)
-
+from tests.support import typed
 
 #: JSON texts Mokka's YAML reading reads to the same values.
 ALIKE = [
