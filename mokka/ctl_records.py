@@ -50,21 +50,23 @@ _UNFINISHED = (".journal", ".json.tmp")
 
 def already_recorded(root: Path) -> bool:
     """Whether both owners' snapshots record their one file and nothing else, trusted."""
+    manifests = root / MANIFESTS.lstrip("/")
     try:
-        dir_fd, _ = open_parent(root / MANIFESTS.lstrip("/") / "-", root)
+        # the directory the snapshots sit in, reached from the root without a link
+        dir_fd, _ = open_parent(manifests / f"{MANIFEST_OWNERS[0]}.json", root)
     except OSError:
         return False  # no manifests yet, or a link on the way: the host's way decides
     assert dir_fd is not None
     try:
-        check_private(root / MANIFESTS.lstrip("/"), os.fstat(dir_fd), directory=True)
-        return all(_records(root, dir_fd, owner, path) for owner, path in RECORDED.items())
+        check_private(manifests, os.fstat(dir_fd), directory=True)
+        return all(_records(manifests, dir_fd, owner, path) for owner, path in RECORDED.items())
     except (OSError, UntrustedBookkeepingError):
         return False
     finally:
         os.close(dir_fd)
 
 
-def _records(root: Path, dir_fd: int, owner: str, node_path: str) -> bool:
+def _records(manifests: Path, dir_fd: int, owner: str, node_path: str) -> bool:
     """Whether ``owner``'s snapshot, and nothing unfinished, records ``node_path`` as the host
     would leave it: the file, maybe directories above it, and no backup."""
     for suffix in _UNFINISHED:
@@ -73,7 +75,7 @@ def _records(root: Path, dir_fd: int, owner: str, node_path: str) -> bool:
             return False
         except FileNotFoundError:
             pass
-    raw = read_private(root / MANIFESTS.lstrip("/") / f"{owner}.json", dir_fd=dir_fd)
+    raw = read_private(manifests / f"{owner}.json", dir_fd=dir_fd)
     try:
         data = json.loads(raw) if raw is not None else None
     except ValueError:  # not JSON, or not UTF-8: the host's way refuses it, naming the file
