@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from mokka import layout
 from mokka.ctl_edits import apply, build_edit, reset
-from mokka.ctl_records import already_recorded, rewrite
+from mokka.ctl_records import already_recorded
 from mokka.ctl_status import status
 from mokka.ctl_targets import parse_target
 from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
@@ -187,7 +187,7 @@ def change(path: Path, root: Path | None,
     because each converge names the whole set of its owner's paths and the
     lock is made before the file's text is known.  Once an earlier call has
     recorded both (``ctl_records.already_recorded``), the text is rewritten
-    in place without loading the host (``ctl_records.rewrite``).  All of it
+    in place without loading the host (``overrides.replace_text``).  All of it
     runs under ``records_locked`` (the config directory's ``flock``): calls
     at once take turns, and the daemon's reset at start never interleaves
     with them.  Nothing is created while the config directory is missing:
@@ -199,8 +199,7 @@ def change(path: Path, root: Path | None,
     require_config_dir(path)
     with records_locked(path, root=root):
         if already_recorded(root):
-            update_overrides(path, edit, root=root,
-                             store=lambda text: rewrite(path, text, root))
+            update_overrides(path, edit, root=root)  # ``replace_text``, no host
             return
         from mokka.host import File, Host
 

@@ -1,4 +1,4 @@
-"""A ``mokka ctl`` call whose files are already recorded: rewrite, without the host.
+"""Whether ``mokka ctl``'s files are already recorded: then a call needs no host.
 
 A writing call records the overrides file and its lock in the manifests of
 ``overrides.MANIFEST_OWNERS`` before creating them (``mokka.ctl.change``),
@@ -9,9 +9,9 @@ they stay a later call changes only the file's text: what cleanup must
 remove is already written down.  Such a call need not load the host's
 bookkeeping (about a third of a call's imports, and attrs with it):
 ``already_recorded`` reads the two snapshots as the host would trust them,
-and ``rewrite`` replaces the file as a converge would, by a temp file
-beside it (``noderoot.temp_name``, the name a removal also clears) renamed
-over it.
+and the call replaces the file as a converge would, by a temp file beside
+it (``overrides.replace_text``: ``layout.temp_name``, the name a removal
+also clears) renamed over it.
 
 Anything short of the plain case (no snapshot, a journal a killed call
 left, a record of anything more, a bookkeeping file that is not private,
@@ -22,21 +22,16 @@ way, which reports or repairs it.  Both run under the caller's
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 from pathlib import Path
 
 from mokka import layout
 from mokka.errors import UntrustedBookkeepingError
-from mokka.noderoot import temp_name
 from mokka.private_files import check_private, read_private
-from mokka.state.overrides import FILE_MODE, MANIFEST_OWNERS, lock_path
+from mokka.state.overrides import MANIFEST_OWNERS, lock_path
 from mokka.state.reader import open_parent
 
-#: Where ``Host`` keeps the owners' manifests (``StateDir``), as a node path.
-MANIFESTS = f"{layout.MOKKA_STATE_DIR}/manifests"
 #: Each owner's one file, created by Mokka (the snapshot must say so): a
 #: converge of the owner also records the directories above the file that
 #: it shares with their maker, and nothing else.
@@ -45,15 +40,15 @@ RECORDED = dict(zip(
     strict=True,
 ))
 #: Files beside a snapshot that mean a converge did not finish (``Manifest``).
-_UNFINISHED = (".journal", ".json.tmp")
+_UNFINISHED = (layout.JOURNAL_SUFFIX, layout.SNAPSHOT_TMP_SUFFIX)
 
 
 def already_recorded(root: Path) -> bool:
     """Whether both owners' snapshots record their one file and nothing else, trusted."""
-    manifests = root / MANIFESTS.lstrip("/")
+    manifests = root / layout.MOKKA_MANIFESTS.lstrip("/")
     try:
         # the directory the snapshots sit in, reached from the root without a link
-        dir_fd, _ = open_parent(manifests / f"{MANIFEST_OWNERS[0]}.json", root)
+        dir_fd, _ = open_parent(manifests / f"{MANIFEST_OWNERS[0]}{layout.SNAPSHOT_SUFFIX}", root)
     except OSError:
         return False  # no manifests yet, or a link on the way: the host's way decides
     assert dir_fd is not None
@@ -75,7 +70,7 @@ def _records(manifests: Path, dir_fd: int, owner: str, node_path: str) -> bool:
             return False
         except FileNotFoundError:
             pass
-    raw = read_private(manifests / f"{owner}.json", dir_fd=dir_fd)
+    raw = read_private(manifests / f"{owner}{layout.SNAPSHOT_SUFFIX}", dir_fd=dir_fd)
     try:
         data = json.loads(raw) if raw is not None else None
     except ValueError:  # not JSON, or not UTF-8: the host's way refuses it, naming the file
@@ -87,38 +82,3 @@ def _records(manifests: Path, dir_fd: int, owner: str, node_path: str) -> bool:
     above = {node_path.rsplit("/", n)[0] for n in range(1, node_path.count("/"))}
     return isinstance(entries, dict) and entries.get(node_path) == "file" and all(
         path == node_path or (kind == "dir" and path in above) for path, kind in entries.items())
-
-
-def rewrite(path: Path, text: str, root: Path) -> None:
-    """Replace the recorded file ``path`` beneath ``root`` with ``text``; no link is followed.
-
-    The temp file is created ``O_EXCL | O_NOFOLLOW`` beside the file, made
-    ``FILE_MODE`` whatever the umask, then renamed over it.  One a killed
-    call left is removed first (the name is ``temp_name``'s, so cleanup
-    would have removed it too).  No ``fsync``: the file is runtime state a
-    restart resets, as for ``overrides.write_overrides``.  A failure names
-    ``path`` and leaves the old file as it was.
-    """
-    dir_fd, name = open_parent(path, root)
-    assert dir_fd is not None
-    tmp = Path(temp_name(str(path))).name
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        try:
-            fd = os.open(tmp, flags, FILE_MODE, dir_fd=dir_fd)
-        except FileExistsError:
-            os.unlink(tmp, dir_fd=dir_fd)  # the entry itself: a link is not followed
-            fd = os.open(tmp, flags, FILE_MODE, dir_fd=dir_fd)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                os.fchmod(f.fileno(), FILE_MODE)
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
-    except OSError as exc:
-        raise OSError(exc.errno or errno.EIO, exc.strerror or str(exc), str(path)) from None
-    finally:
-        os.close(dir_fd)

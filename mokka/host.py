@@ -76,6 +76,7 @@ from mokka.errors import (
 )
 from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of, owner_line
 from mokka.filememo import FileMemo
+from mokka.layout import JOURNAL_SUFFIX, MOKKA_MANIFESTS, SNAPSHOT_SUFFIX
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.lazylogger import LazyLogger
 from mokka.manifest import Manifest
@@ -326,8 +327,8 @@ class Host:
 
     def owned(self, owner: str) -> dict[str, str]:
         """The paths ``owner`` currently owns (path → kind), as persisted."""
-        for suffix in (".json", ".journal"):
-            note_looked_at(self.paths, f"{STATE_DIR}/manifests/{owner}{suffix}", False)
+        for suffix in (SNAPSHOT_SUFFIX, JOURNAL_SUFFIX):
+            note_looked_at(self.paths, f"{MOKKA_MANIFESTS}/{owner}{suffix}", False)
         with self._lock(owner):
             return dict(Manifest.load(owner, self._manifest_dir(), self.snapshots).entries)
 

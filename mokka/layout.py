@@ -19,6 +19,13 @@ LOCAL_ROOT = Path("mokka-node")
 #: Mokka's own bookkeeping (manifests, backups).  Kept apart from the
 #: simulators' state root so that consumers mounting that tree never see it.
 MOKKA_STATE_DIR = "/var/lib/mokka"
+#: Where ``Host`` keeps each owner's manifest, by these names: ``<owner>.json``
+#: (the snapshot), ``<owner>.journal`` (what a converge noted since) and
+#: ``<owner>.json.tmp`` (a snapshot being written, which a kill can leave).
+MOKKA_MANIFESTS = f"{MOKKA_STATE_DIR}/manifests"
+SNAPSHOT_SUFFIX = ".json"
+JOURNAL_SUFFIX = ".journal"
+SNAPSHOT_TMP_SUFFIX = ".json.tmp"
 #: Root of everything the simulators stage.
 STATE_ROOT = "/var/lib/nvml-mock"
 #: The driver root consumers are pointed at.
@@ -78,3 +85,14 @@ KMSG = "/dev/kmsg"
 #: ``--nvidia-caps-major`` flag, whose default this is.  Dynamic on real
 #: hosts; 236 is the value SURFACES records.
 NVIDIA_CAPS_MAJOR = 236
+
+
+def temp_name(real: str) -> str:
+    """Where a new entry for ``real`` is written before it is renamed over it (beside it).
+
+    One name for every writer under the root (a converge's batch, ``mokka
+    ctl``'s rewrite of its recorded file): removing a recorded path also
+    removes a temp file of it that a killed writer left.
+    """
+    directory, _, name = real.rpartition("/")
+    return f"{directory}/.{name}.mokka-tmp"

@@ -29,7 +29,7 @@ import attrs
 
 from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
-from mokka.layout import MOKKA_STATE_DIR
+from mokka.layout import JOURNAL_SUFFIX, MOKKA_STATE_DIR, SNAPSHOT_SUFFIX, SNAPSHOT_TMP_SUFFIX
 from mokka.lazylogger import LazyLogger
 from mokka.private_files import (
     PRIVATE_FILE_MODE,
@@ -46,8 +46,6 @@ logger = LazyLogger(__name__)
 KINDS = frozenset({"file", "symlink", "device", "dir"})
 #: A backup's name: the first 32 hex digits of the sha256 of its node path.
 _BACKUP_NAME = re.compile(r"[0-9a-f]{32}")
-#: Suffix of a snapshot being written (``compact``); a kill can leave one.
-TMP_SUFFIX = ".json.tmp"
 
 
 # --------------------------------------------------------------------------
@@ -116,15 +114,15 @@ class Manifest:
 
     @property
     def snapshot_path(self) -> Path:
-        return self.directory / f"{self.owner}.json"
+        return self.directory / f"{self.owner}{SNAPSHOT_SUFFIX}"
 
     @property
     def journal_path(self) -> Path:
-        return self.directory / f"{self.owner}.journal"
+        return self.directory / f"{self.owner}{JOURNAL_SUFFIX}"
 
     @property
     def tmp_path(self) -> Path:
-        return self.directory / f"{self.owner}{TMP_SUFFIX}"
+        return self.directory / f"{self.owner}{SNAPSHOT_TMP_SUFFIX}"
 
     @classmethod
     def load(cls, owner: str, directory: Path, snapshots: FileMemo | None = None) -> Manifest:

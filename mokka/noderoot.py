@@ -36,17 +36,6 @@ MAX_SYMLINKS = 40
 ResolveCache = dict[str, tuple[str, ...]]
 
 
-def temp_name(real: str) -> str:
-    """Where a new entry for ``real`` is written before it is renamed over it (beside it).
-
-    One name for every writer under the root (a converge's batch, ``mokka
-    ctl``'s direct rewrite of a recorded file): removing a recorded path
-    also removes a temp file of it that a killed writer left.
-    """
-    directory, _, name = real.rpartition("/")
-    return f"{directory}/.{name}.mokka-tmp"
-
-
 def components(path: str) -> list[str]:
     """The names in a node path or link target, without empty and '.' parts ('..' stays).
 

@@ -26,6 +26,8 @@ from mokka.errors import UntrustedBookkeepingError
 #: Modes of Mokka's own bookkeeping: nobody but the daemon reads or writes it.
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
+
+
 def trusted_uids() -> frozenset[int]:
     """The owners bookkeeping may have: the daemon's effective uid, and root."""
     return frozenset({0, os.geteuid()})

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from mokka import backups, fsops
 from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+from mokka.layout import temp_name
 from mokka.lazylogger import LazyLogger
-from mokka.noderoot import temp_name
 
 if TYPE_CHECKING:
     from mokka.convergence import Convergence

@@ -24,6 +24,7 @@ from typing import Final
 
 from mokka.errors import UntrustedBookkeepingError
 from mokka.filememo import MISSING, FileMemo, file_signature
+from mokka.layout import JOURNAL_SUFFIX, SNAPSHOT_SUFFIX
 from mokka.private_files import read_private
 from mokka.statedir import manifest_owners
 
@@ -53,11 +54,11 @@ class OwnerListings:
         """Every directory an owner other than ``exclude`` records: ``lists``, for all keys."""
         found: set[str] = set()
         for owner in _others(directory, exclude):
-            ops = self._parsed(f"{directory}/{owner}.journal", _journal_ops)
+            ops = self._parsed(f"{directory}/{owner}{JOURNAL_SUFFIX}", _journal_ops)
             if ops is _REFUSED:
                 continue
             journal = ops if isinstance(ops, dict) else {}
-            dirs = self._parsed(f"{directory}/{owner}.json", _snapshot_dirs)
+            dirs = self._parsed(f"{directory}/{owner}{SNAPSHOT_SUFFIX}", _snapshot_dirs)
             if isinstance(dirs, frozenset):
                 found.update(key for key in dirs if journal.get(key) is None)
             found.update(key for key, op in journal.items() if op == "add")
@@ -72,13 +73,13 @@ class OwnerListings:
         is in one or the other.  Bookkeeping that fails the trust checks
         lists nothing (that owner's own converge refuses it loudly).
         """
-        ops = self._parsed(f"{directory}/{owner}.journal", _journal_ops)
+        ops = self._parsed(f"{directory}/{owner}{JOURNAL_SUFFIX}", _journal_ops)
         if ops is _REFUSED:
             return False
         last = ops.get(key) if isinstance(ops, dict) else None
         if last is not None:
             return last == "add"
-        dirs = self._parsed(f"{directory}/{owner}.json", _snapshot_dirs)
+        dirs = self._parsed(f"{directory}/{owner}{SNAPSHOT_SUFFIX}", _snapshot_dirs)
         return isinstance(dirs, frozenset) and key in dirs
 
     def _parsed(self, path: str, parse: Callable[[bytes], object]) -> object:

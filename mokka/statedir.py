@@ -26,8 +26,9 @@ import attrs
 
 from mokka.errors import HostPathError, UntrustedBookkeepingError
 from mokka.fsops import rmdir_empty_tree
+from mokka.layout import JOURNAL_SUFFIX, MOKKA_MANIFESTS, SNAPSHOT_SUFFIX, SNAPSHOT_TMP_SUFFIX
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import TMP_SUFFIX, is_node_path
+from mokka.manifest import is_node_path
 from mokka.noderoot import NodeRoot
 from mokka.private_files import (
     check_private_dir,
@@ -40,7 +41,7 @@ from mokka.private_files import (
 #: Where releases before the record moved to the top of the root kept it (in the state directory).
 _LEGACY_PARENTS_MARKER = "created-parents.json"
 #: An owner's files in the manifest directory: ``<owner><suffix>``.
-_MANIFEST_SUFFIXES = (".json", ".journal", TMP_SUFFIX)
+_MANIFEST_SUFFIXES = (SNAPSHOT_SUFFIX, JOURNAL_SUFFIX, SNAPSHOT_TMP_SUFFIX)
 
 
 def manifest_owners(names: Iterable[str]) -> set[str]:
@@ -108,7 +109,7 @@ class StateDir:
 
     def manifest_dir(self) -> Path:
         """Where every owner's manifest and journal live."""
-        return self.paths.resolve(STATE_DIR + "/manifests", follow_last=True)
+        return self.paths.resolve(MOKKA_MANIFESTS, follow_last=True)
 
     @property
     def parents_marker(self) -> Path:

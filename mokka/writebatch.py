@@ -19,7 +19,7 @@ import attrs
 
 from mokka import fsops
 from mokka.artifacts import Artifact, CharDevice, File, Symlink
-from mokka.noderoot import temp_name
+from mokka.layout import temp_name
 
 #: Batches of at most this many regular files are synced file by file (``commit``).
 _FILE_SYNC_BATCH = 4

@@ -3,7 +3,7 @@
 The first writing call under a node root records the overrides file and
 its lock through ``Host`` (two owners' manifests); every later call, until
 the daemon resets the file, finds those records (``ctl_records.
-already_recorded``) and only rewrites the text (``ctl_records.rewrite``).
+already_recorded``) and only rewrites the text (``overrides.replace_text``).
 These tests pin when that way is taken and when it is not, that it never
 follows a link, and that cleanup still leaves the node as it was.
 """
@@ -20,13 +20,12 @@ import pytest
 from mokka import ctl, ctl_records
 from mokka.daemon.command import _reset_overrides
 from mokka.host import File, Host
-from mokka.layout import CONFIG_DIR, OVERRIDES
-from mokka.noderoot import temp_name
-from mokka.state.overrides import MANIFEST_OWNERS, load_overrides
+from mokka.layout import CONFIG_DIR, MOKKA_MANIFESTS, OVERRIDES, temp_name
+from mokka.state.overrides import MANIFEST_OWNERS, load_overrides, replace_text
 from tests.support import snapshot
 
 FILE = OVERRIDES.lstrip("/")
-MANIFESTS = ctl_records.MANIFESTS.lstrip("/")
+MANIFESTS = MOKKA_MANIFESTS.lstrip("/")
 
 
 @pytest.fixture
@@ -124,7 +123,7 @@ def test_a_link_on_the_way_to_the_file_is_refused(staged: Host, tmp_path: Path) 
     config.rename(elsewhere)
     config.symlink_to(elsewhere)
     with pytest.raises(OSError, match="is a symbolic link") as caught:
-        ctl_records.rewrite(path, "{}\n", root)
+        replace_text(path, "{}\n", root=root)
     assert caught.value.filename == str(path)
     assert not os.path.lexists(elsewhere / temp_of(root).name)
 

@@ -111,7 +111,7 @@ def test_owner_line_names_the_owner_once() -> None:
 def test_a_recorded_overrides_file_that_cannot_be_rewritten_is_named(
     disk: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``mokka ctl`` on a full disk, once its files are recorded (``ctl_records.rewrite``)."""
+    """``mokka ctl`` on a full disk, once its files are recorded (``overrides.replace_text``)."""
     root = disk / "node"
     host = Host(root)
     host.converge("gpudriver-config", [File(CONFIG_DIR + "/config.yaml", b"format: 1\n")])

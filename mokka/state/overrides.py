@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mokka.errors import MokkaError
+from mokka.layout import temp_name
 from mokka.lazylogger import LazyLogger
 from mokka.state.override_doc import Overrides, parse_overrides, render
 from mokka.state.reader import open_parent, read_input
@@ -199,33 +200,45 @@ def records_locked(
         os.close(fd)
 
 
-def write_overrides(path: Path, overrides: Overrides) -> None:
-    """Atomically replace ``path`` (temp file in the same directory, then rename).
+def replace_text(path: Path, text: str, *, root: Path | None = None) -> None:
+    """Replace ``path`` with ``text``: a temp file beside it, renamed over it.
 
     The caller holds the lock (``locked``); ``update_overrides`` does.  The
     temp file sits in the same directory because a rename is atomic only
-    within one filesystem, and it starts with a dot so a listing of the
-    config directory does not show it.  Readers (the daemon's file source,
-    ``mokka ctl status``) only ever see a complete old or new file.
+    within one filesystem; it is ``layout.temp_name``'s dot file, so a
+    listing of the config directory does not show it and removing a
+    recorded file also removes one a killed writer left.  Readers (the
+    daemon's file source, ``mokka ctl status``) only ever see a complete
+    old or new file.  Created ``O_EXCL | O_NOFOLLOW`` and made ``FILE_MODE``
+    whatever the umask; a stale one is removed first (the entry, never what
+    a link there points to).  ``root``: no directory on the way from it is
+    followed (``open_parent``).  No ``fsync``: the rename alone makes the
+    switch atomic for readers, and the file is runtime state a restart
+    resets anyway.  A failure names ``path`` and leaves the old file as it was.
     """
-    # imported here: ``tempfile`` imports ``random``, a cost every ``mokka ctl``
-    # call would pay, and under a node root the file is written through ``Host``
-    import tempfile
-
-    text = render(overrides)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    dir_fd, name = open_parent(path, root)
+    tmp = temp_name(name) if dir_fd is None else Path(temp_name(str(path))).name
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            # mkstemp creates the file 0600; other users' readers need FILE_MODE
-            os.fchmod(f.fileno(), FILE_MODE)
-            # No fsync: the rename alone makes the switch atomic for readers, and
-            # the file is runtime state that a restart resets anyway.
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        try:
+            fd = os.open(tmp, flags, FILE_MODE, dir_fd=dir_fd)
+        except FileExistsError:
+            os.unlink(tmp, dir_fd=dir_fd)
+            fd = os.open(tmp, flags, FILE_MODE, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                os.fchmod(f.fileno(), FILE_MODE)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    except OSError as exc:
+        raise OSError(exc.errno or errno.EIO, exc.strerror or str(exc), str(path)) from None
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
 
 
 def require_config_dir(path: Path) -> None:
@@ -256,7 +269,7 @@ def update_overrides(
     The whole result is validated before anything is written (``SpecError``
     leaves the file as it was).  No update is lost to a concurrent writer.
     ``root``: the node root the file lies beneath (see the module docstring);
-    ``store`` writes the new text instead of ``write_overrides`` (``mokka ctl``
+    ``store`` writes the new text instead of ``replace_text`` (``mokka ctl``
     passes ``Host``'s converge, which records the file before creating it).
 
     A missing config directory is a ``MokkaError`` (``require_config_dir``).
@@ -269,7 +282,7 @@ def update_overrides(
         doc = doc if result is None else result
         new = Overrides.from_mapping(doc, source=str(path))
         if store is None:
-            write_overrides(path, new)
+            replace_text(path, render(new), root=root)
         else:
             store(render(new))
         return new
