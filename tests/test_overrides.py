@@ -138,6 +138,23 @@ def test_update_writes_atomically_with_mode_0644(tmp_path: Path) -> None:
     assert path.stat().st_ino != inode
 
 
+def test_a_link_planted_at_the_temp_name_is_removed_not_written_through(tmp_path: Path) -> None:
+    """A named file (``mokka ctl --file``) is written by a temp file beside it under a fixed
+    name (``layout.temp_name``): a link planted there must not carry the write elsewhere."""
+    path = tmp_path / "config" / "overrides.yaml"
+    path.parent.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("not Mokka's\n")
+    (path.parent / ".overrides.yaml.mokka-tmp").symlink_to(victim)
+    update_overrides(path, lambda doc: doc.update(all={"utilization": {"gpu": 10}}))
+    assert victim.read_text() == "not Mokka's\n"
+    names = sorted(p.name for p in path.parent.iterdir())
+    assert names == ["overrides.yaml", "overrides.yaml.lock"]
+    loaded = load_overrides(path)
+    assert loaded is not None
+    assert loaded.all == {"utilization": {"gpu": 10}}
+
+
 def test_rejected_update_leaves_the_file_untouched(tmp_path: Path) -> None:
     path = tmp_path / "overrides.yaml"
     update_overrides(path, lambda doc: doc.update(all={"utilization": {"gpu": 10}}))

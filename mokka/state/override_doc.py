@@ -146,7 +146,7 @@ class Overrides:
         return not self.all and not any(self.devices.values())
 
     def to_mapping(self) -> dict[str, Any]:
-        """The canonical document (what ``write_overrides`` writes, what hashing reads).
+        """The canonical document (what ``render`` writes, what hashing reads).
 
         A deep copy: ``update_overrides`` hands it to the caller's ``change``,
         which edits it in place, and this frozen value must not change with it.
