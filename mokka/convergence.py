@@ -91,6 +91,9 @@ class Convergence:
     #: made sure of (``ensure_parents``): each is looked at once per call.
     resolved: ResolveCache = attrs.field(factory=dict)
     _ensured: set[str] = attrs.field(factory=set)
+    #: Real directories this call made (``mkdir``): what lies in one is only what
+    #: this call put there, so ``place`` need not look before writing (see there).
+    _made: set[str] = attrs.field(factory=set)
     #: Its writes: temp files renamed over their paths (``mokka.writebatch``).
     batch: WriteBatch = attrs.field(init=False)
     #: What the owner's last converge left (``Settled``): entries it finds
@@ -127,6 +130,8 @@ class Convergence:
             del self.resolved[key]
         beneath = norm + "/"
         self._ensured = {k for k in self._ensured if k != norm and not k.startswith(beneath)}
+        real = self.paths.real_text(parts)
+        self._made = {k for k in self._made if k != real and not k.startswith(real + "/")}
         for key in [k for k in self._same_dirs if k == norm or k.startswith(beneath)]:
             del self._same_dirs[key]
 
@@ -134,6 +139,7 @@ class Convergence:
         """Drop what this call knows of directories: one was removed, or went away."""
         self.resolved.clear()
         self._ensured.clear()
+        self._made.clear()
         self._same_dirs.clear()
 
     def settled(self, wanted: list[Artifact]) -> Settled:
@@ -314,6 +320,7 @@ class Convergence:
                         f"{norm}: it or its parent directory was removed meanwhile"
                     ) from None
                 self.created.append(key)
+                self._made.add(real)
                 # Made by this call: what lies beneath resolves from here, as
                 # from a directory the walk found (``NodeRoot.resolve``).
                 self.resolved[norm[1:]] = tuple(parts)
@@ -376,7 +383,12 @@ class Convergence:
         real = self.paths.real_text(self.paths.resolve_parts(norm, cache=self.resolved))
         self.placed[norm] = (art, real)
         self._kept.pop(norm, None)
-        existing = fsops.lstat_or_none(real)
+        # In a directory this call made, nothing is there to compare or back up:
+        # the call holds the host's disk turn from the ``mkdir`` until ``commit``,
+        # so no other converge of this process has written there meanwhile (a
+        # cold pass looks up a thousand paths fewer).
+        fresh = real.rpartition("/")[0] in self._made
+        existing = None if fresh else fsops.lstat_or_none(real)
         if existing is not None and self._matches(art, real, existing):
             if norm not in self.manifest.entries:
                 # Identical content placed by someone else: adopt nothing, touch nothing.

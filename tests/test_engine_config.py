@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import attrs
 import pytest
 import yaml
 
+import mokka.state
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.simulators.gpudriver.engine_config import (
@@ -20,6 +22,7 @@ from mokka.simulators.gpudriver.engine_config import (
 from mokka.state.compile import compile_profile
 from mokka.state.model import Failure, Xid
 
+PROFILES = Path(mokka.state.__file__).parent / "profiles"
 LINE = re.compile(r'^[A-Za-z0-9_.-]+: (-?\d+|-?\d+\.\d+(e[+-]\d+)?|true|false|"([^"\\]|\\.)*")$')
 
 
@@ -119,6 +122,29 @@ def test_strings_are_escaped_and_floats_stay_floats():
     assert loaded["device.0.name"] == 'Quote " and \\ backslash'
     assert loaded["device.0.ratio"] == 1e-05
     assert not any(key.startswith("device.0.bad") for key in loaded)
+
+
+@pytest.mark.parametrize("key", ["ends\n", "mid\ndle", "\nstarts", "ends\r", "tab\t", "ünï"])
+def test_a_field_name_that_would_break_the_line_is_left_out_with_a_warning(
+    key: str, tmp_path, caplog
+):
+    """Read from a profile file: ``"ends\n": 5`` once matched ``^...$`` (``$`` allows a final
+    newline) and split its line in two, so the library read a key without a value."""
+    profile = tmp_path / "profile.yaml"
+    text = (PROFILES / "h100.yaml").read_text()
+    nested = yaml.safe_dump({"device_defaults": {key: 5, "nested": {key: "v", "kept": 1}}})
+    body = nested.split("\n", 1)[1]  # the two fields under the existing heading
+    profile.write_text(text.replace("device_defaults:\n", "device_defaults:\n" + body, 1))
+    with caplog.at_level("WARNING", logger="mokka.simulators.gpudriver.engine_config"):
+        text = render_engine_config(compile_profile(profile, node_name="worker-1"))
+    for line in text.splitlines():
+        assert line.startswith("#") or LINE.match(line), line
+    loaded = yaml.safe_load(text)
+    assert loaded["device.0.nested.kept"] == 1
+    assert loaded["device.7.nested.kept"] == 1
+    assert not any(key in name for name in loaded)
+    left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert any(repr(key) in message and "gpu 0" in message for message in left_out), left_out
 
 
 def test_deterministic_and_pure():

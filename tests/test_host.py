@@ -153,6 +153,44 @@ def test_stage_twice_rewrites_nothing(host: Host, node_root: Path, tmp_path: Pat
     assert snapshot(node_root) == {}
 
 
+def test_a_cold_converge_looks_only_where_something_could_be(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Paths in directories the call made are written without a look first (nothing can
+    be there: the call holds the disk turn from ``mkdir`` to ``commit``); a path in a
+    directory that was there is still looked at, and what it finds is backed up."""
+    (node_root / "etc").mkdir()
+    (node_root / "etc/foreign").write_text("theirs\n")
+    before = snapshot(node_root)
+    looked: list[str] = []
+    real_lstat = mokka.fsops.lstat_or_none
+
+    def counting(path):
+        looked.append(str(path))
+        return real_lstat(path)
+
+    monkeypatch.setattr(mokka.fsops, "lstat_or_none", counting)
+    wanted = [
+        *files(3, "/sys/class/fresh/a/dev"),
+        Symlink("/sys/class/fresh/a/link", "dev0"),
+        CharDevice("/dev/fresh/node0", major=195, minor=0),
+        File("/etc/foreign", "ours\n"),
+        File("/etc/new", "ours\n"),
+    ]
+    report = host.converge("t", wanted)
+    root = str(node_root)
+    assert sorted(p[len(root):] for p in looked) == ["/etc/foreign", "/etc/new"]
+    assert (node_root / "etc/foreign").read_text() == "ours\n"
+    assert (node_root / "sys/class/fresh/a/dev2").read_text() == "device 2\n"
+    assert os.readlink(node_root / "sys/class/fresh/a/link") == "dev0"
+    assert "/sys/class/fresh" in report.created
+    monkeypatch.setattr(mokka.fsops, "lstat_or_none", real_lstat)
+    # The same files again (nothing changed), then gone: the foreign file comes back.
+    assert not host.converge("t", wanted).changed
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
 def test_content_and_mode_changes_are_rewritten(host: Host, node_root: Path):
     host.converge("t", [File("/etc/a", "one\n")])
     report = host.converge("t", [File("/etc/a", "two\n", mode=0o600)])
