@@ -22,6 +22,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from mokka.helpformat import Formatter
+
 #: Each command and the module that registers it, in the order ``--help``
 #: lists them.  A call parses with a parser holding only its own command's
 #: module: the full parser imports every command's module, and each drags in
@@ -68,11 +70,13 @@ class MokkaArgumentParser(argparse.ArgumentParser):
     """No abbreviations; errors are one line on stderr and exit 2 (no usage dump).
 
     ``add_subparsers`` hands its parser class down, so every subcommand's
-    parser (and their verbs') is one of these too.
+    parser (and their verbs') is one of these too.  Help is formatted by
+    ``mokka.helpformat.Formatter`` (argparse's, without importing ``shutil``).
     """
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", Formatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:

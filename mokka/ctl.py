@@ -67,6 +67,7 @@ from mokka.ctl_status import status
 from mokka.ctl_targets import parse_target
 from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
+from mokka.helpformat import Formatter
 from mokka.noderoot import NodeRoot
 from mokka.state.overrides import (
     FILE_MODE,
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``mokka ctl`` as a standalone entry point (tests, scripts)."""
     # no abbreviations, as for ``mokka``'s own parsers (``mokka.cli``)
     parser = argparse.ArgumentParser(prog="mokka ctl", description=DESCRIPTION,
-                                     allow_abbrev=False)
+                                     allow_abbrev=False, formatter_class=Formatter)
     add_verbs(parser)
     return run(parser.parse_args(argv))
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mokka import layout
+from mokka.helpformat import Formatter
 from mokka.state.device_checks import FAILURE_MODES
 from mokka.state.override_schema import (
     FABRIC_HEALTH,
@@ -68,6 +69,7 @@ class _Verbs(argparse._SubParsersAction):
         # No abbreviations, whatever parser ``mokka ctl`` hangs under: argparse
         # hands a subparser its parent's class, but not its ``allow_abbrev``.
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", Formatter)
         return super().add_parser(name, **kwargs)
 
     def add_deferred(self, name: str, summary: str, build: Callable[[_Verbs], None]) -> None:
@@ -114,7 +116,7 @@ class _Parents:
     def common(self) -> argparse.ArgumentParser:
         """``--root``/``--file`` after the verb.  They default to SUPPRESS so that,
         when absent, they do not overwrite a value given before the verb."""
-        parser = argparse.ArgumentParser(add_help=False)
+        parser = argparse.ArgumentParser(add_help=False, formatter_class=Formatter)
         _add_location(parser, argparse.SUPPRESS)
         return parser
 
@@ -122,13 +124,17 @@ class _Parents:
     # and ``reset`` default to every target, which for them is the natural reading.
     @functools.cached_property
     def target(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(add_help=False, parents=[self.common])
+        parser = argparse.ArgumentParser(
+            add_help=False, parents=[self.common], formatter_class=Formatter
+        )
         parser.add_argument("--gpu", required=True, metavar="T", help=GPU_HELP)
         return parser
 
     @functools.cached_property
     def optional_target(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(add_help=False, parents=[self.common])
+        parser = argparse.ArgumentParser(
+            add_help=False, parents=[self.common], formatter_class=Formatter
+        )
         parser.add_argument("--gpu", metavar="T", help=GPU_HELP + " (default: every target)")
         return parser
 

@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "mokka.simulators": 3,
     "mokka.daemon": 4,
     "mokka.cli": 5,
+    "mokka.helpformat": 5,
     "mokka.ctl": 5,
     "mokka.ctl_edits": 5,
     "mokka.ctl_records": 5,

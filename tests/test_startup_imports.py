@@ -59,8 +59,10 @@ CTL_NEVER = (*DAEMON_STACK, "mokka.settings", "socket", "subprocess", "importlib
 STATUS_NEVER = (*CTL_NEVER, "mokka.host", "mokka.manifest", "mokka.statedir",
                 "mokka.convergence", "mokka.backups", "hashlib", "ctypes")
 #: A writing call once the file and its lock are recorded (``mokka.ctl_records``),
-#: and ``status``: nothing of the host's bookkeeping, no attrs, no PyYAML.
-RECORDED_NEVER = (*STATUS_NEVER, "attrs", "yaml")
+#: and ``status``: nothing of the host's bookkeeping, no attrs, no PyYAML, and
+#: not ``shutil`` (with ``bz2`` and ``lzma``), which argparse's stock help
+#: formatter imports for the terminal's width (``mokka.helpformat``).
+RECORDED_NEVER = (*STATUS_NEVER, "attrs", "yaml", "shutil", "bz2", "lzma")
 #: What a running daemon needs only when it is asked for: the metrics
 #: library (a ``/metrics`` scrape), the kubelet client (a kubelet socket),
 #: the IMEX archive's download and unpacking (an archive to install), and
