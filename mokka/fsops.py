@@ -11,6 +11,7 @@ every caller (callers reach them as ``fsops.name``, never as a copy).
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -33,20 +34,34 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def nothing_there(exc: OSError) -> bool:
+    """Whether ``exc`` says no entry is at the path it names.
+
+    A name longer than the filesystem allows (ENAMETOOLONG) cannot exist
+    either: a recorded path whose creation failed that way (the journal
+    notes a path before creating it) must not make every later removal fail.
+    """
+    return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENAMETOOLONG
+
+
 def stat_or_none(path: str | Path) -> os.stat_result | None:
     """``stat`` (links followed) or ``None`` when nothing is there."""
     try:
         return os.stat(path)
-    except FileNotFoundError:
-        return None
+    except OSError as exc:
+        if nothing_there(exc):
+            return None
+        raise
 
 
 def lstat_or_none(path: str | Path) -> os.stat_result | None:
     """``lstat`` or ``None`` when nothing is there (the entry itself, links not followed)."""
     try:
         return os.lstat(path)
-    except FileNotFoundError:
-        return None
+    except OSError as exc:
+        if nothing_there(exc):
+            return None
+        raise
 
 
 #: This process's mount table.
@@ -82,8 +97,11 @@ def read_bytes(path: str | Path) -> bytes:
 
 def unlink(path: str | Path) -> None:
     """Remove a non-directory entry; already gone is fine (discard is idempotent)."""
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.unlink(path)
+    except OSError as exc:
+        if not nothing_there(exc):
+            raise
 
 
 def rmdir_empty_tree(path: Path) -> None:

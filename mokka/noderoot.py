@@ -22,11 +22,15 @@ that removes a directory, or retries after one vanished, drops the cache.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 from mokka.errors import HostPathError
+
+#: Errors that end a walk as a missing component does (``NodeRoot._walk``).
+_WALK_ENDS = (FileNotFoundError, NotADirectoryError, PermissionError)
 
 #: Bound on symlink hops while resolving a path (Linux uses 40 too).
 MAX_SYMLINKS = 40
@@ -176,7 +180,11 @@ class NodeRoot:
             candidate = self._prefix + "/".join(resolved) + ("/" if resolved else "") + name
             try:
                 st = os.lstat(candidate)
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
+            except OSError as exc:
+                # Missing, under a non-directory, not searchable, or a name too
+                # long to exist: the walk ends, and the rest is taken as written.
+                if not isinstance(exc, _WALK_ENDS) and exc.errno != errno.ENAMETOOLONG:
+                    raise
                 return [*resolved, name, *pending[::-1]], None
             if stat.S_ISLNK(st.st_mode):
                 hops[0] += 1

@@ -199,9 +199,9 @@ def _rmdir(norm: str, real: str) -> bool:
     """
     try:
         os.rmdir(real)
-    except FileNotFoundError:
-        pass
     except OSError as exc:
+        if fsops.nothing_there(exc):
+            return False
         if exc.errno == errno.EBUSY:
             return True
         if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):

@@ -14,6 +14,7 @@ from mokka import layout
 from mokka.errors import SpecError
 from mokka.simulators.gpudriver.engine_config import (
     FORMAT_VERSION,
+    MAX_CONFIG_BYTES,
     DeviceBlocks,
     fabric_marker_relative_path,
     nvml_bus_id,
@@ -196,6 +197,38 @@ def test_unrepresentable_values_are_refused_naming_the_field(change, message):
     gpus = (attrs.evolve(state.gpus[0], **change), *state.gpus[1:])
     with pytest.raises(SpecError, match=message):
         render_engine_config(attrs.evolve(state, gpus=gpus))
+
+
+def test_a_number_the_reader_cannot_take_is_refused_naming_the_field():
+    """The reader refuses any value over 4096 bytes, and with it the whole file: every
+    client's ``nvmlInit`` would fail.  Strings were checked; integers were not."""
+    state = with_fields(h100(), 0, huge=10**4096)  # 4097 digits
+    with pytest.raises(SpecError, match=r"device\.0\.huge: a number of 4097 digits, expected "
+                                        r"at most 4096"):
+        render_engine_config(state)
+    assert "device.0.fine: " + "9" * 4096 in render_engine_config(
+        with_fields(h100(), 0, fine=10**4096 - 1))
+
+
+def test_a_config_larger_than_the_library_reads_is_refused():
+    """A profile field that expands to millions of lines (here, a long list in each GPU)
+    made a config the library refuses whole (over 16 MiB): refused as soon as it passes."""
+    long_list = list(range(200_000))
+    state = h100()
+    state = attrs.evolve(state, gpus=tuple(
+        attrs.evolve(gpu, fields={**gpu.fields, "table": long_list}) for gpu in state.gpus))
+    with pytest.raises(SpecError) as info:
+        render_engine_config(state)
+    message = str(info.value)
+    assert "expected at most 16777216 (the mock NVML library's limit)" in message
+    # refused at the GPU that crossed the line, before the rest was rendered
+    assert re.search(r"engine config: \d+ bytes or more by gpu [0-7],", message), message
+    assert int(message.split()[2]) > MAX_CONFIG_BYTES
+    # just under it is written whole
+    fits = attrs.evolve(state, gpus=tuple(
+        attrs.evolve(gpu, fields={**gpu.fields, "table": long_list[:50_000]})
+        for gpu in state.gpus[:2]))
+    assert len(render_engine_config(fits).encode()) < MAX_CONFIG_BYTES
 
 
 def test_board_id_is_the_profiles_else_domain_and_bus():

@@ -34,6 +34,7 @@ from mokka.host import (
     Host,
     Symlink,
 )
+from mokka.layout import MOKKA_MANIFESTS
 from mokka.manifest import Manifest
 from tests.support import ROOT, GiveWayAfter, journal, snapshot
 
@@ -187,6 +188,26 @@ def test_a_cold_converge_looks_only_where_something_could_be(
     monkeypatch.setattr(mokka.fsops, "lstat_or_none", real_lstat)
     # The same files again (nothing changed), then gone: the foreign file comes back.
     assert not host.converge("t", wanted).changed
+    host.discard("t")
+    assert snapshot(node_root) == before
+
+
+def test_a_path_too_long_to_exist_never_blocks_its_removal(host: Host, node_root: Path):
+    """A name over the filesystem's limit fails its creation after the journal noted it
+    (a path is recorded before it is made); discard must find nothing there rather than
+    fail on it in every later cleanup, and the rest of the owner goes as usual."""
+    before = snapshot(node_root)
+    too_long = "/opt/lib/libnvidia-ml.so." + "0" * 300
+    wanted = [File("/opt/lib/kept", "x\n"), File(too_long, "y\n"),
+              Symlink("/opt/lib/link." + "1" * 300, "kept")]
+    with pytest.raises((HostFaultError, HostPathError, OSError)) as info:
+        host.converge("t", wanted)
+    assert "File name too long" in str(info.value)
+    recorded = (node_root / MOKKA_MANIFESTS.lstrip("/") / "t.journal").read_text()
+    assert f'"path":"{too_long}"' in recorded  # noted before its creation failed
+    host.discard("t")
+    assert snapshot(node_root) == before
+    # and again: nothing is left to fail on
     host.discard("t")
     assert snapshot(node_root) == before
 

@@ -217,8 +217,8 @@ RULES = [
     ("devices[2].minor_number", 0,
      "h100.yaml: devices[2].minor_number: 0 repeats devices[0], expected a unique value "
      "per device"),
-    ("devices[2].minor_number", 255,
-     "h100.yaml: devices[2].minor_number: 255 is out of range, expected 0..254"),
+    ("devices[2].minor_number", 254,
+     "h100.yaml: devices[2].minor_number: 254 is out of range, expected 0..253"),
     ("devices[2].minor_number", "two",
      "h100.yaml: devices[2].minor_number: 'two' is not an integer"),
     ("devices[3].pci.bus_id", "0000:01:00.0",
@@ -306,12 +306,32 @@ RULES = [
      "h100.yaml: device_defaults.minor_number: a list is not an integer"),
     ("device_defaults.minor_number", {"a": 1},
      "h100.yaml: device_defaults.minor_number: a mapping is not an integer"),
-    # Without a minor_number the index is the minor, so it must fit one (255 is nvidiactl).
-    ("devices[3].index", 255,
-     "h100.yaml: devices[3].index: 255 is also the minor number (no minor_number given), "
-     "expected 0..254 or a minor_number"),
+    # Without a minor_number the index is the minor, so it must fit one (254 is
+    # nvidia-modeset's, 255 nvidiactl's).
+    ("devices[3].index", 254,
+     "h100.yaml: devices[3].index: 254 is also the minor number (no minor_number given), "
+     "expected 0..253 or a minor_number"),
     ("system.cuda_version", -3, 'h100.yaml: system.cuda_version: -3 is not a CUDA version like '
      '"13.0"'),
+    # NVML hands versions out in 80-byte buffers, and the driver version names files.
+    ("system.driver_version", "580.105." + "0" * 80,
+     "h100.yaml: system.driver_version: is 88 bytes long, expected at most 79"),
+    ("system.driver_version", "580.105." + "0" * 70,
+     "h100.yaml: system.driver_version: is 78 bytes long, too long for the NVML version "
+     "<cuda major>.<driver version> of at most 79 bytes (or give system.nvml_version)"),
+    ("system.nvml_version", "13.580\n",
+     "h100.yaml: system.nvml_version: '13.580\\n' holds a control character (a line break, "
+     "tab, escape...), expected text on one line"),
+    ("system.nvml_version", "13.580\x9b31m",
+     "h100.yaml: system.nvml_version: '13.580\\x9b31m' holds a control character (a line "
+     "break, tab, escape...), expected text on one line"),
+    ("system.nvml_version", "1" * 80,
+     "h100.yaml: system.nvml_version: is 80 bytes long, expected at most 79"),
+    # NVML's integer form is major * 1000 + minor * 10: 12.100 would read as 13.0.
+    ("system.cuda_version", "12.100",
+     "h100.yaml: system.cuda_version: minor version 100, expected at most 99"),
+    ("system.cuda_version", 1000,
+     "h100.yaml: system.cuda_version: major version 1000, expected at most 999"),
     # A block scalar's final newline, and digits of other scripts, are no driver version.
     ("system.driver_version", "580.105.08\n",
      "h100.yaml: system.driver_version: '580.105.08\\n' is not a driver version of 2-3 "

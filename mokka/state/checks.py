@@ -233,6 +233,28 @@ def as_str(p: Problems, path: str, value: Any, *, nonempty: bool = True) -> str 
     return value
 
 
+#: Characters no one-line text value may hold: the C0 controls, DEL and the C1
+#: controls (a C1 character also makes a file unreadable to a YAML reader).
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def as_text(p: Problems, path: str, value: Any, *, max_bytes: int) -> str | None:
+    """``as_str``, on one line without control characters, at most ``max_bytes`` of UTF-8
+    (the buffer, file or attribute the value is written to, its terminating NUL left out)."""
+    text = as_str(p, path, value)
+    if text is None:
+        return None
+    if CONTROL_RE.search(text):
+        p.add(path, f"{found(text)} holds a control character (a line break, tab, escape...), "
+                    "expected text on one line")
+        return None
+    size = len(text.encode())
+    if size > max_bytes:
+        p.add(path, f"is {size} bytes long, expected at most {max_bytes}")
+        return None
+    return text
+
+
 def as_choice(p: Problems, path: str, value: Any, choices: Iterable[str]) -> str | None:
     """One of ``choices`` (lower-case), matched without regard to case, returned lower-case.
 

@@ -91,6 +91,12 @@ SYSTEM_KEYS = (
 #: and accepts two or three parts, so nothing else may reach NVML.
 #: ``re.ASCII``: ``\d`` would otherwise take any script's digits (``٥٨٠``),
 #: which GFD and every other parser of the version refuse.
+#: ``NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE`` and ``NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE``
+#: (nvml.h: 80 bytes, the NUL included): the longest version NVML can hand out.
+VERSION_MAX_BYTES = 79
+#: NVML spells CUDA versions ``major * 1000 + minor * 10`` in an ``int``.
+CUDA_MINOR_MAX = 99
+CUDA_MAJOR_MAX = 999
 DRIVER_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$", re.ASCII)
 #: ``major.minor``, as ``nvidia-smi`` prints "CUDA Version: 13.0".
 CUDA_VERSION_RE = re.compile(r"^(\d+)\.(\d+)$", re.ASCII)
@@ -229,6 +235,10 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
     if driver is not None:
         driver = checks.as_match(p, "system.driver_version", driver, DRIVER_VERSION_RE,
                                  "a driver version of 2-3 dot-separated numbers like 580.105.08")
+    if driver is not None:
+        # It names the library's files (``libnvidia-ml.so.<version>``) too: an
+        # over-long one used to fail the stage with ENAMETOOLONG instead.
+        driver = checks.as_text(p, "system.driver_version", driver, max_bytes=VERSION_MAX_BYTES)
     major = minor = None
     cuda = sys_map.get("cuda_version")
     if cuda is not None:
@@ -260,9 +270,21 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
             p.add("system.cuda_version", 'missing, expected a CUDA version like "13.0" '
                   "(or cuda_version_major and cuda_version_minor)")
         return None
+    for part, value, most in (("minor", minor, CUDA_MINOR_MAX), ("major", major, CUDA_MAJOR_MAX)):
+        # NVML's integer form is major * 1000 + minor * 10: a minor of 100 would
+        # read as the next major version.
+        if value > most:
+            field = "cuda_version" if cuda is not None else f"cuda_version_{part}"
+            p.add(f"system.{field}", f"{part} version {value}, expected at most {most}")
+            return None
     nvml = sys_map.get("nvml_version")
     if nvml is not None:
-        nvml = checks.as_str(p, "system.nvml_version", nvml)
+        nvml = checks.as_text(p, "system.nvml_version", nvml, max_bytes=VERSION_MAX_BYTES)
+    elif driver is not None and len(f"{major}.{driver}") > VERSION_MAX_BYTES:
+        p.add("system.driver_version", f"is {len(driver)} bytes long, too long for the NVML "
+              f"version <cuda major>.<driver version> of at most {VERSION_MAX_BYTES} bytes "
+              "(or give system.nvml_version)")
+        return None
     num = sys_map.get("num_devices")
     if num is not None:
         # at least 1: hiding every GPU would make this no GPU node at all

@@ -30,8 +30,10 @@ from mokka.state.device_checks import (
     check_xid_list,
 )
 
-#: Highest minor number of a GPU's ``/dev/nvidia<minor>``: 255 is ``nvidiactl``'s.
-MAX_GPU_MINOR = 254
+#: Highest minor number of a GPU's ``/dev/nvidia<minor>`` (the driver's
+#: ``NV_MINOR_DEVICE_NUMBER_REGULAR_MAX``): 254 is ``nvidia-modeset``'s and 255
+#: ``nvidiactl``'s.  The driver's device nodes (``gpudriver.devices``) use this one.
+MAX_GPU_MINOR = 253
 
 #: Integer device fields the daemon or the engine config relies on, checked
 #: when present (``>= 0``).  Everything else under these blocks passes through.

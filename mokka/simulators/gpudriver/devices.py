@@ -29,15 +29,13 @@ from mokka.errors import SpecError
 from mokka.host import Artifact, CharDevice
 from mokka.simulators.gpudriver.settings import GpuDriverSettings
 from mokka.state.model import State
+from mokka.state.profile_devices import MAX_GPU_MINOR  # the two above it: modeset, ctl
 
 #: The NVIDIA driver's static character major (``NV_MAJOR_DEVICE_NUMBER``).
 NVIDIA_MAJOR = 195
 #: Minors the driver reserves for its control and modeset nodes.
 CTL_MINOR = 255
 MODESET_MINOR = 254
-#: Highest GPU minor (``NV_MINOR_DEVICE_NUMBER_REGULAR_MAX``): the two above
-#: it are the control and modeset nodes.
-MAX_GPU_MINOR = 253
 #: ``nvidia-cap<N>`` minors and modes: 1 is MIG config, 2 is MIG monitor.
 MIG_CAPS = {1: 0o400, 2: 0o444}
 

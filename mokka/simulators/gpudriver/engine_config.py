@@ -50,6 +50,10 @@ FORMAT_VERSION = 1
 MAX_KEY_LENGTH = 200
 MAX_VALUE_LENGTH = 4096
 
+#: The largest engine config the C library reads (``MOCK_MAX_CONFIG_BYTES`` in
+#: ``native/nvml/mock.h``): a longer one fails ``nvmlInit`` on every client.
+MAX_CONFIG_BYTES = 16 << 20
+
 #: The C library's device table size (``MOCK_MAX_DEVICES`` in ``native/nvml/mock.h``).
 MAX_DEVICES = 64
 
@@ -199,9 +203,27 @@ def render_engine_config(state: State, blocks: DeviceBlocks | None = None) -> st
         blocks = DeviceBlocks()
     else:
         blocks.forget_beyond(len(state.gpus))
+    size = sum(map(len, lines)) + len(lines)
     for position, gpu in enumerate(state.gpus):
-        lines.extend(blocks.lines(state, position, gpu))
-    return "\n".join(lines) + "\n"
+        block = blocks.lines(state, position, gpu)
+        size += sum(map(len, block)) + len(block)
+        if size > MAX_CONFIG_BYTES:  # characters: a lower bound of the bytes
+            raise _too_large(f"{size} bytes or more by gpu {gpu.index}")
+        lines.extend(block)
+    text = "\n".join(lines) + "\n"
+    if size * 4 > MAX_CONFIG_BYTES:  # else even four bytes a character would fit
+        encoded = len(text.encode())
+        if encoded > MAX_CONFIG_BYTES:
+            raise _too_large(f"{encoded} bytes")
+    return text
+
+
+def _too_large(how: str) -> SpecError:
+    """The refusal of a config the library would not read: every client's ``nvmlInit`` fails."""
+    return SpecError(
+        f"engine config: {how}, expected at most {MAX_CONFIG_BYTES} (the mock NVML library's "
+        "limit); a profile or overrides field expands to too many lines"
+    )
 
 
 def _system_entries(state: State) -> Iterator[tuple[str, Any]]:
@@ -480,11 +502,11 @@ def _format_value(key: str, value: Any) -> str:
     if kind is str:
         return _quoted(key, value)
     if kind is int:
-        return str(value)
+        return _number(key, value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return str(value)
+        return _number(key, value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise SpecError(f"engine config: {key}: got {value!r}, expected a finite number")
@@ -506,6 +528,17 @@ def _format_value(key: str, value: Any) -> str:
         f"engine config: {key}: got a {type(value).__name__}, "
         "expected a string, number or boolean"
     )
+
+
+def _number(key: str, value: int) -> str:
+    """An integer's digits; refused, naming ``key``, when the reader would refuse the line."""
+    text = str(value)
+    if len(text) > MAX_VALUE_LENGTH:
+        raise SpecError(
+            f"engine config: {key}: a number of {len(text)} digits, "
+            f"expected at most {MAX_VALUE_LENGTH}"
+        )
+    return text
 
 
 def _quoted(key: str, value: str) -> str:
