@@ -21,9 +21,9 @@ from mokka.simulators import registry
 from mokka.simulators.base import Applier, Simulator
 from mokka.simulators.pcibus import PLUGIN, PcibusSettings, PcibusSimulator
 from mokka.simulators.pcibus.config_space import build_config
-from mokka.simulators.pcibus.cpus import format_cpulist, format_cpumask, parse_cpulist
 from mokka.simulators.pcibus.hierarchy import plan_tree, split_bdf
 from mokka.state.compile import compile_profile
+from mokka.state.cpulists import format_cpulist, format_cpumask, parse_cpulist
 from mokka.state.model import Gpu, Nvlink, NvlinkSwitch, RootComplex, State, System
 from tests.support import ROOT, require_tool, snapshot
 
@@ -468,8 +468,12 @@ def test_cpumask_matches_the_kernel_spelling(cpus: tuple[int, ...], nbits: int, 
 def test_cpulist_round_trip_and_errors() -> None:
     assert parse_cpulist("0-3, 8,10-11") == (0, 1, 2, 3, 8, 10, 11)
     assert format_cpulist(parse_cpulist("0-3,8,10-11")) == "0-3,8,10-11"
+    assert parse_cpulist(" 0 - 3 ,8") == (0, 1, 2, 3, 8)
     for bad, message in (("", "empty item"), ("3-1", "empty or negative"),
-                         ("0-99999", "exceeds the kernel limit"), ("a", "not a CPU number")):
+                         ("0-99999", "exceeds the kernel limit"), ("a", "not a CPU number"),
+                         # other scripts' digits: Python's int() reads them, no kernel does
+                         ("\u0660-\u0665", "not a CPU number"), ("0-\uff15", "not a CPU number"),
+                         ("1-2-3", "not a CPU number"), ("-1", "not a CPU number")):
         with pytest.raises(ValueError, match=message):
             parse_cpulist(bad)
 

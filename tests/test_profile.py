@@ -138,6 +138,22 @@ def test_helm_rendered_profile_reads_numbers_and_bus_ids() -> None:
     assert [r.id for r in state.pcie_roots] == ["pci0000:00", "pci0000:40"]
 
 
+def test_a_cpulist_is_kept_as_the_kernel_spells_it() -> None:
+    """sysfs and the engine config's ``cpu_affinity`` (which the library parses) must name
+    the same CPUs: the profile's spelling is normalised once, where it is read."""
+    doc = with_change("pcie_topology", {"root_complexes": [
+        {"id": "pci0000:00", "devices": ["0000:01:00.0", "0000:02:00.0"],
+         "cpulist": " 112-167 , 0 - 55,56"},
+        {"id": "pci0000:80", "devices": ["0000:03:00.0", "0000:04:00.0"], "cpulist": "9,8,7"}]})
+    profile = Profile.from_mapping(doc, source="p.yaml")
+    assert [r.cpulist for r in profile.roots] == ["0-56,112-167", "7-9"]
+    from mokka.simulators.gpudriver.engine_config import render_engine_config
+    from mokka.state.compile import NodeMeta, compile_state
+    text = render_engine_config(compile_state(profile, node=NodeMeta(node_name="n")))
+    assert 'device.0.cpu_affinity: "0-56,112-167"\n' in text
+    assert 'device.3.cpu_affinity: "7-9"\n' in text
+
+
 def test_several_roots_keep_numa_and_order() -> None:
     state = compile_profile(PROFILES / "hgx-8gpu.yaml", node_name="worker-0")
     assert [(r.id, r.numa_node, len(r.bdfs)) for r in state.pcie_roots] == [
@@ -272,7 +288,7 @@ RULES = [
     ("infiniband", {"rate_gbps": 300},
      "h100.yaml: infiniband.rate_gbps: 300 is not one of: 100, 200, 400, 800 (EDR, HDR, NDR, XDR)"),
     ("infiniband", {"hcas_per_gpu": 0},
-     "h100.yaml: infiniband.hcas_per_gpu: 0 is out of range, expected 1..256"),
+     "h100.yaml: infiniband.hcas_per_gpu: 0 is out of range, expected 1..127"),
     ("pcie_topology", {"roots": []},
      "h100.yaml: pcie_topology.roots: unknown key, expected one of: root_complexes"),
     ("pcie_topology", {"root_complexes": [{"id": "pci0000:0", "devices": []}]},
@@ -281,6 +297,17 @@ RULES = [
     ("pcie_topology", {"root_complexes": [{"id": "pci0000:00", "devices": [], "numa": 0}]},
      "h100.yaml: pcie_topology.root_complexes[0].numa: unknown key, expected one of: cpulist, "
      "devices, id, numa_node"),
+    # Python's int() reads other scripts' digits; the library and the kernel do not.
+    ("pcie_topology", {"root_complexes": [
+        {"id": "pci0000:00", "devices": [], "cpulist": "\u0660-\u0665\u0665"}]},
+     "h100.yaml: pcie_topology.root_complexes[0].cpulist: '\u0660-\u0665\u0665' in CPU list "
+     "'\u0660-\u0665\u0665' is not a CPU number or range like 0-55"),
+    ("pcie_topology", {"root_complexes": [
+        {"id": "pci0000:00", "devices": [], "cpulist": ",".join(map(str, range(0, 8000, 2)))}]},
+     "h100.yaml: pcie_topology.root_complexes[0].cpulist: is 19444 bytes as the kernel spells "
+     "it (0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,...), expected at most 4095 (one sysfs page)"),
+    ("nvlink", {"version": 4, "links_per_gpu": 19, "bandwidth_per_link_mbps": 1},
+     "h100.yaml: nvlink.links_per_gpu: 19 is out of range, expected 0..18"),
     ("pcie_topology", {"root_complexes": [
         {"id": "pci0000:00", "devices": []}, {"id": "pci0000:00", "devices": []}]},
      "h100.yaml: pcie_topology.root_complexes[1].id: 'pci0000:00' repeats an earlier root, "

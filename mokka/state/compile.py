@@ -58,6 +58,7 @@ from mokka.state.model import (
 from mokka.state.override_doc import Overrides
 from mokka.state.overrides import load_overrides
 from mokka.state.profile import DeviceSpec, Profile, load_profile
+from mokka.state.profile_blocks import MAX_HCAS
 from mokka.state.topology import load_topology
 
 #: Fabric cluster UUID of a GPU whose profile names none (what a non-NVL node reports).
@@ -418,13 +419,13 @@ def _infiniband(profile: Profile, node_name: str, gpu_count: int) -> Infiniband 
     """The node's HCAs, with GUIDs derived from its name; ``None`` when IB is off.
 
     Without an explicit ``hca_count`` the count follows the exposed GPUs
-    (``num_devices`` shrinks it too), clamped to 1..256, the range the ib
-    simulator renders and the profile parser allows for ``hca_count``.
+    (``num_devices`` shrinks it too), clamped to 1..``MAX_HCAS``, the range the
+    ib simulator renders and the profile parser allows for ``hca_count``.
     """
     spec = profile.infiniband
     if spec is None:
         return None
-    count = spec.hca_count or min(256, max(1, gpu_count * spec.hcas_per_gpu))
+    count = spec.hca_count or min(MAX_HCAS, max(1, gpu_count * spec.hcas_per_gpu))
     return Infiniband(
         hca_type=spec.hca_type, fw_version=spec.fw_version, hw_rev=spec.hw_rev,
         board_id=spec.board_id, link_layer=spec.link_layer, rate_gbps=spec.rate_gbps,

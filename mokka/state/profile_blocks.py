@@ -13,6 +13,7 @@ it could build, so one run reports all of them.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ import attrs
 
 from mokka.state import checks
 from mokka.state.checks import Problems, sub
+from mokka.state.cpulists import format_cpulist, parse_cpulist
 from mokka.state.profile_devices import DeviceSpec
 
 NVLINK_KEYS = ("version", "links_per_gpu", "bandwidth_per_link_mbps", "c2c_enabled", "switches")
@@ -39,6 +41,52 @@ IB_RATES = (100, 200, 400, 800)
 
 #: A root complex as sysfs names its directory (``/sys/devices/pci0000:48``).
 ROOT_ID_RE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
+
+#: ``NVML_NVLINK_MAX_LINKS`` (nvml.h): the most NVLinks a GPU has.
+NVLINK_MAX_LINKS = 18
+
+#: The longest ``local_cpulist`` sysfs can show: an attribute is one page
+#: (4096 bytes), its newline included.
+CPULIST_MAX_BYTES = 4095
+
+#: HCAs on one node.  The ib simulator derives LIDs from the fabric's node
+#: list, a block of 128 per node: the node's leaf switch and one LID per HCA
+#: (``mokka.simulators.ib.lids``, which takes its block size from here).
+MAX_HCAS = 127
+
+#: The profile's text that the ib simulator writes verbatim into an HCA's
+#: sysfs attribute, and the most bytes that attribute holds on a real node
+#: (its newline and the buffer's NUL left out).  A longer value would be a
+#: file no kernel writes, and one that readers with fixed buffers cut.
+IB_ATTRIBUTE_MAX_BYTES = {
+    # mlx5 prints "MT%d" of the 16-bit PCI device id (the stage checks that
+    # shape); libibumad reads the file into ``char ca_type[40]`` for ibstat.
+    "hca_type": 39,
+    # ib_core's fw_ver_show fills ``char version[IB_FW_VERSION_NAME_MAX]``
+    # (ETHTOOL_FWVERS_LEN, 32 with the NUL).
+    "fw_version": 31,
+    # mlx5 prints the PCI revision as a number (``%x``) and has no text buffer
+    # for it; libibumad reads the file into ``char hw_ver[20]`` for ibstat.
+    "hw_rev": 19,
+    # mlx5 prints ``%.*s`` of the board id with MLX5_BOARD_ID_LEN (64).
+    "board_id": 64,
+}
+#: IB NodeDescription is a 64-byte field; the kernel truncates longer writes
+#: to ``node_desc``, and the ib simulator cuts the filled-in template there.
+NODE_DESC_MAX = 64
+#: Only the first ``NODE_DESC_MAX`` bytes of a filled-in template are kept, so
+#: a longer template is a mistake; four times that leaves room for the
+#: replacement fields and their format specs around 64 bytes of text, and
+#: keeps filling it in, once per HCA, cheap.
+NODE_DESC_TEMPLATE_MAX = 4 * NODE_DESC_MAX
+#: A replacement field's format spec in Python's mini-language,
+#: ``[[fill]align][sign][z][#][0][width][grouping][.precision][type]``, with
+#: ASCII digits only: ``format`` itself takes any script's digits as a width.
+FORMAT_SPEC_RE = re.compile(
+    r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>[0-9]*)[,_]?(?:\.(?P<precision>[0-9]+))?"
+    r"(?P<type>[bcdeEfFgGnosxX%]?)",
+    re.ASCII | re.DOTALL,
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -125,7 +173,11 @@ def parse_nvlink(p: Problems, raw: Any) -> NvlinkSpec | None:
     ints = {}
     for key in ("version", "links_per_gpu", "bandwidth_per_link_mbps"):
         value = checks.require(p, "nvlink", nv, key, "an integer >= 0")
-        ints[key] = None if value is None else checks.as_int(p, f"nvlink.{key}", value, lo=0)
+        # a GPU has at most NVML_NVLINK_MAX_LINKS links: each one is lines of
+        # the engine config, and 200,000 of them were 177 MB of it
+        most = NVLINK_MAX_LINKS if key == "links_per_gpu" else None
+        ints[key] = None if value is None else checks.as_int(p, f"nvlink.{key}", value, lo=0,
+                                                              hi=most)
     # C2C exists only where a GPU pairs with a Grace CPU: off unless stated
     c2c = nv.get("c2c_enabled", False)
     c2c = checks.as_bool(p, "nvlink.c2c_enabled", c2c)
@@ -189,7 +241,7 @@ def parse_roots(p: Problems, raw: Any, devices: list[DeviceSpec]) -> list[RootSp
         numa = checks.as_int(p, sub(path, "numa_node"), root.get("numa_node", 0), lo=-1)
         cpulist = root.get("cpulist")
         if cpulist is not None:
-            cpulist = checks.as_str(p, sub(path, "cpulist"), cpulist)
+            cpulist = _cpulist(p, sub(path, "cpulist"), cpulist)
         bdfs: list[str] = []
         for dpos, dev in enumerate(checks.as_list(p, sub(path, "devices"), root.get("devices", []))
                                    or ()):
@@ -229,7 +281,7 @@ def parse_infiniband(p: Problems, raw: Any) -> InfinibandSpec | None:
     for key in ("hca_type", "fw_version", "hw_rev", "board_id", "link_layer", "port_state",
                 "phys_state", "guid_prefix", "node_desc_template"):
         if ib.get(key) is not None:
-            values[key] = checks.as_str(p, f"infiniband.{key}", ib[key])
+            values[key] = _ib_text(p, key, ib[key])
     if ib.get("rate_gbps") is not None:
         rate = checks.as_int(p, "infiniband.rate_gbps", ib["rate_gbps"])
         if rate is not None and rate not in IB_RATES:
@@ -238,10 +290,10 @@ def parse_infiniband(p: Problems, raw: Any) -> InfinibandSpec | None:
         values["rate_gbps"] = rate
     if ib.get("hcas_per_gpu") is not None:
         values["hcas_per_gpu"] = checks.as_int(p, "infiniband.hcas_per_gpu", ib["hcas_per_gpu"],
-                                               lo=1, hi=256)
+                                               lo=1, hi=MAX_HCAS)
     if ib.get("hca_count") is not None:
         values["hca_count"] = checks.as_int(p, "infiniband.hca_count", ib["hca_count"],
-                                            lo=1, hi=256)
+                                            lo=1, hi=MAX_HCAS)
     if ib.get("guid_prefix") is not None and values.get("guid_prefix"):
         # the identity code keeps the first three bytes (the vendor's OUI) and
         # hashes the rest, so a shorter prefix has nothing to keep
@@ -252,3 +304,93 @@ def parse_infiniband(p: Problems, raw: Any) -> InfinibandSpec | None:
     if not enabled or None in values.values():
         return None
     return InfinibandSpec(**values)
+
+
+def _cpulist(p: Problems, path: str, value: Any) -> str | None:
+    """A root complex's CPU list in the kernel's spelling (``0-55,112-167``).
+
+    Kept normalised, so the sysfs files and the engine config's
+    ``cpu_affinity`` (which the library parses) name the same CPUs however
+    the profile spelt them (``0 - 55, 112-167``).
+    """
+    text = checks.as_str(p, path, value)
+    if text is None:
+        return None
+    try:
+        canonical = format_cpulist(parse_cpulist(text))
+    except ValueError as exc:
+        p.add(path, str(exc))
+        return None
+    if len(canonical) > CPULIST_MAX_BYTES:
+        p.add(path, f"is {len(canonical)} bytes as the kernel spells it ({canonical[:40]}...), "
+                    f"expected at most {CPULIST_MAX_BYTES} (one sysfs page)")
+        return None
+    return canonical
+
+
+def _ib_text(p: Problems, key: str, value: Any) -> str | None:
+    """One text field of ``infiniband``.
+
+    What goes into a sysfs attribute as written must fit that attribute, on
+    one line; the node description template must also fill in to one.  The
+    other fields are only looked up or parsed (``port_state`` names a
+    number), and their own checks refuse anything unexpected.
+    """
+    path = f"infiniband.{key}"
+    if key in IB_ATTRIBUTE_MAX_BYTES:
+        return checks.as_text(p, path, value, max_bytes=IB_ATTRIBUTE_MAX_BYTES[key])
+    if key != "node_desc_template":
+        return checks.as_str(p, path, value)
+    template = checks.as_text(p, path, value, max_bytes=NODE_DESC_TEMPLATE_MAX)
+    problem = None if template is None else node_desc_template_problem(template)
+    if problem is not None:
+        p.add(path, problem)
+        return None
+    return template
+
+
+def node_desc_template_problem(template: str) -> str | None:
+    """Why ``template``'s format specs cannot make a node description, or ``None``.
+
+    A width or precision is memory spent before the result is cut to
+    ``NODE_DESC_MAX`` bytes (``{idx:>300000000}`` is a 300 MB string), so
+    neither may exceed that size.  ``{idx:c}`` turns the HCA's index into a
+    character, a control character for most indices.  Which fields the
+    template names (``{node_name}``, ``{idx}``) is the ib simulator's check,
+    made when it fills the template in.
+    """
+    try:
+        fields = [(name, spec) for _, name, spec, _ in string.Formatter().parse(template)
+                  if name is not None]
+    except ValueError as exc:
+        return (f"{checks.found(template)} cannot be parsed ({exc}), expected text with the "
+                "fields {node_name} and {idx}")
+    for name, spec in fields:
+        problem = _format_spec_problem(f"{{{name}:{spec}}}" if spec else f"{{{name}}}", spec)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _format_spec_problem(field: str, spec: str) -> str | None:
+    """What is wrong with ``field``'s format ``spec``, or ``None``."""
+    match = FORMAT_SPEC_RE.fullmatch(spec)
+    if match is None:
+        return (f"{checks.found(field)} has a format spec other than "
+                "[[fill]align][sign][#][0][width][,][.precision][type] with ASCII digits, "
+                "expected one like {idx:02d}")
+    for part in ("width", "precision"):
+        if _exceeds(match[part] or "", NODE_DESC_MAX):
+            return (f"{checks.found(field)} has a {part} above {NODE_DESC_MAX}, expected at "
+                    f"most {NODE_DESC_MAX} (the bytes a node description holds)")
+    if match["type"] == "c":
+        return (f"{checks.found(field)} turns a number into a character, expected a number "
+                "format like {idx:02d}")
+    return None
+
+
+def _exceeds(digits: str, limit: int) -> bool:
+    """Whether the decimal ``digits`` (maybe thousands of them) name a number above ``limit``."""
+    significant = digits.lstrip("0")
+    # int() of a very long digit string is slow, and refused past 4300 digits
+    return len(significant) > len(str(limit)) or int(significant or "0") > limit

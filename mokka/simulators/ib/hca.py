@@ -33,7 +33,13 @@ import attrs
 
 from mokka.errors import SpecError
 from mokka.simulators.ib import lids
+from mokka.state.checks import CONTROL_RE, found
 from mokka.state.model import Infiniband, State
+from mokka.state.profile_blocks import (
+    IB_ATTRIBUTE_MAX_BYTES,
+    NODE_DESC_MAX,
+    node_desc_template_problem,
+)
 
 #: PCI vendor of Mellanox (NVIDIA networking) functions.
 MELLANOX_PCI_VENDOR = 0x15B3
@@ -71,10 +77,9 @@ SM_SL = 0
 #: Port capability mask of a ConnectX-7 HCA port (not an SM; the bits
 #: ``ibstat`` prints as ``Capability mask``).
 CAP_MASK = 0xA751E848
-#: IB NodeDescription is a 64-byte field; the kernel truncates longer writes.
-NODE_DESC_MAX = 64
-
-_HCA_TYPE = re.compile(r"^MT(\d{4,5})$")
+#: ``MT`` and the PCI device id in decimal.  ASCII digits only: ``\d`` would
+#: take any script's (Arabic-Indic, fullwidth...), which no kernel prints.
+_HCA_TYPE = re.compile(r"MT([0-9]{4,5})")
 
 
 @attrs.frozen
@@ -151,11 +156,15 @@ def _lookup(table: dict[str, int], value: str, where: str, problems: list[str]) 
 
 def pci_device_id(hca_type: str) -> int | None:
     """``MT4129`` → ``0x1021``; ``None`` for a type that names no mlx5 device id."""
-    match = _HCA_TYPE.match(hca_type.strip())
+    match = _HCA_TYPE.fullmatch(hca_type.strip())
     if match is None:
         return None
     number = int(match.group(1))
     return number if number <= 0xFFFF else None
+
+
+class TemplateRefused(ValueError):
+    """A node description template that is not filled in; the message says why."""
 
 
 def node_desc(template: str, node_name: str, index: int) -> str:
@@ -163,14 +172,25 @@ def node_desc(template: str, node_name: str, index: int) -> str:
 
     Only the plain fields ``{node_name}`` and ``{idx}`` (with an optional
     format spec such as ``{idx:02d}``) are allowed: attribute or index
-    lookups (``{idx.real}``) raise ``ValueError``.
+    lookups (``{idx.real}``) raise ``ValueError``.  A format spec that would
+    build more than a node description holds, and a result with a control
+    character in it (``node_desc`` is one line that ``ibstat`` and SMPs
+    show), raise ``TemplateRefused``.
     """
+    problem = node_desc_template_problem(template)
+    if problem is not None:
+        raise TemplateRefused(problem)
     for _, field, _, _ in string.Formatter().parse(template):
         if field is not None and field not in ("node_name", "idx"):
             raise ValueError(f"unknown field {{{field}}}")
     text = template.format(node_name=node_name, idx=index)
-    raw = text.encode()[:NODE_DESC_MAX]
-    return raw.decode(errors="ignore").replace("\n", " ")
+    desc = text.encode()[:NODE_DESC_MAX].decode(errors="ignore")
+    if CONTROL_RE.search(desc):
+        raise TemplateRefused(
+            f"{found(template)} fills in to {found(desc)} for mlx5_{index} on node "
+            f"{found(node_name)}, expected one line without control characters"
+        )
+    return desc
 
 
 def plan_hcas(state: State) -> tuple[Hca, ...]:
@@ -203,6 +223,7 @@ def plan_hcas(state: State) -> tuple[Hca, ...]:
             f"{where}: {len(ib.node_guids)} node GUIDs for {ib.hca_count} HCAs, "
             "expected one per HCA"
         )
+    problems += _attribute_problems(ib, where)
     guids = _parse_guids(ib, where, problems)
     descs = _node_descs(ib, state.node_name, where, problems)
     nodes = lids.fabric_nodes(state)
@@ -245,9 +266,28 @@ def _parse_guids(ib: Infiniband, where: str, problems: list[str]) -> list[int]:
     return guids
 
 
+def _attribute_problems(ib: Infiniband, where: str) -> list[str]:
+    """Text written verbatim into sysfs that is not one line fitting its attribute.
+
+    The profile refuses such text already; a state built another way is
+    checked here, where the text is written.
+    """
+    problems = []
+    for field, most in IB_ATTRIBUTE_MAX_BYTES.items():
+        value = getattr(ib, field).strip()
+        if CONTROL_RE.search(value) or len(value.encode()) > most:
+            problems.append(
+                f"{where}.{field}: {found(value)}, expected one line of at most {most} bytes"
+            )
+    return problems
+
+
 def _node_descs(ib: Infiniband, node_name: str, where: str, problems: list[str]) -> list[str]:
     try:
         return [node_desc(ib.node_desc_template, node_name, i) for i in range(ib.hca_count)]
+    except TemplateRefused as exc:
+        problems.append(f"{where}.node_desc_template: {exc}")
+        return []
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         problems.append(
             f"{where}.node_desc_template: {ib.node_desc_template!r} cannot be filled in "

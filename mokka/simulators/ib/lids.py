@@ -24,13 +24,14 @@ from collections.abc import Sequence
 
 from mokka.errors import SpecError
 from mokka.state.model import State
+from mokka.state.profile_blocks import MAX_HCAS
 
 #: The spine switch, and with it the subnet manager.
 SM_LID = 1
 FIRST_LID = 2
-#: LIDs per node: the leaf switch and up to ``MAX_HCAS`` HCAs.
-BLOCK = 128
-MAX_HCAS = BLOCK - 1
+#: LIDs per node: the leaf switch and up to ``MAX_HCAS`` HCAs (the profile
+#: refuses more, with this same constant).
+BLOCK = MAX_HCAS + 1
 #: A switch has at most 254 external ports: one spine port per node.
 MAX_NODES = 254
 LAST_UNICAST_LID = 0xBFFF

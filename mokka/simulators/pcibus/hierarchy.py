@@ -42,7 +42,7 @@ from typing import Any
 import attrs
 
 from mokka.errors import SpecError
-from mokka.simulators.pcibus.cpus import format_cpulist, format_cpumask, parse_cpulist
+from mokka.state.cpulists import format_cpulist, format_cpumask, parse_cpulist
 from mokka.state.model import Gpu, RootComplex, State
 
 #: PCI vendor id of NVIDIA (the ``10de`` of NFD's ``pci-10de.present``).

@@ -15,7 +15,7 @@ import attrs
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.simulators.pcibus.cpus import MAX_CPUS
+from mokka.state.cpulists import MAX_CPUS
 
 
 def _host_cpus() -> int:

@@ -4,15 +4,23 @@ A PCI device's ``local_cpulist`` (``0-55,112-167``) and ``local_cpus``
 (``ffffff,ffffffff``) name the CPUs near its root complex.  The profile may
 give the list per root complex (``pcie_topology.root_complexes[].cpulist``);
 this module parses it strictly and renders both spellings, so the two files
-always agree.
+always agree.  The profile's reading keeps the kernel's spelling of the
+list (``format_cpulist``), so the engine config's ``cpu_affinity``, which the
+library parses with ASCII digits only, reads the same CPUs as sysfs.
 """
 
 from __future__ import annotations
+
+import re
 
 #: Upper bound on a CPU number we accept from a profile.  The kernel's
 #: ``NR_CPUS`` tops out at 8192 on the largest configurations; a bigger
 #: number is a typo, and rendering its mask would write kilobytes of zeros.
 MAX_CPUS = 8192
+
+#: One item of a CPU list: a CPU or a range, ASCII digits only (``int`` alone
+#: would take other scripts' digits, which no reader of the list does).
+_ITEM_RE = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?", re.ASCII)
 
 #: The kernel prints cpumasks in 32-bit chunks, most significant first.
 _CHUNK_BITS = 32
@@ -25,14 +33,13 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
         item = item.strip()
         if not item:
             raise ValueError(f"empty item in CPU list {text!r}, expected e.g. 0-55,112-167")
-        first, sep, last = item.partition("-")
-        try:
-            low = int(first, 10)
-            high = int(last, 10) if sep else low
-        except ValueError:
+        match = _ITEM_RE.fullmatch(item)
+        if match is None:
             raise ValueError(
                 f"{item!r} in CPU list {text!r} is not a CPU number or range like 0-55"
-            ) from None
+            )
+        low = int(match[1])
+        high = int(match[2]) if match[2] is not None else low
         if low < 0 or high < low:
             raise ValueError(f"range {item!r} in CPU list {text!r} is empty or negative")
         if high >= MAX_CPUS:
