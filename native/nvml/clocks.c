@@ -242,25 +242,38 @@ static const struct {
          nvmlClocksThrottleReasonHwPowerBrakeSlowdown},
 };
 
+/* The policy's row of g_policies; MOCK_COUNT(g_policies) for none. */
+static size_t policy_row(nvmlPerfPolicyType_t policy)
+{
+    size_t p = 0;
+    while (p < MOCK_COUNT(g_policies) && g_policies[p].policy != policy)
+        p++;
+    return p;
+}
+
+int mock_violation_ns(const struct mock_config *cfg, unsigned pos, nvmlPerfPolicyType_t policy,
+                      unsigned long long *ns)
+{
+    size_t p = policy_row(policy);
+    if (p == MOCK_COUNT(g_policies))
+        return 0;
+    /* ns per second while one of the policy's reasons is active */
+    double rate = (mock_reasons_now(cfg, pos) & g_policies[p].reasons) ? 1e9 : 0;
+    *ns = (unsigned long long)mock_meter_read(g_policies[p].meter, pos, rate, NULL);
+    return 1;
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device,
                                                    nvmlPerfPolicyType_t perfPolicyType,
                                                    nvmlViolationTime_t *violTime)
 {
-    if (violTime == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    size_t p = 0;
-    while (p < MOCK_COUNT(g_policies) && g_policies[p].policy != perfPolicyType)
-        p++;
-    if (p == MOCK_COUNT(g_policies))
+    if (violTime == NULL || policy_row(perfPolicyType) == MOCK_COUNT(g_policies))
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    /* ns per second while one of the policy's reasons is active */
-    double rate = (mock_reasons_now(c.cfg, c.pos) & g_policies[p].reasons) ? 1e9 : 0;
-    violTime->violationTime =
-        (unsigned long long)mock_meter_read(g_policies[p].meter, c.pos, rate, NULL);
+    mock_violation_ns(c.cfg, c.pos, perfPolicyType, &violTime->violationTime);
     struct timeval now;
     gettimeofday(&now, NULL);
     violTime->referenceTime = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned)now.tv_usec;

@@ -6,7 +6,9 @@
  * fields 187-192 (scope 0 = GPU, 1 = module) and prints whatever the
  * entry holds, so an entry must never be left unwritten.  NVLink fields
  * (link state 165 for `nvlink -s`, throughput 138-141, field 147 for
- * `topo -m`'s NV<n>, ...) are nvlink.c's: their scope is a link.
+ * `topo -m`'s NV<n>, ...) are nvlink.c's: their scope is a link.  A field
+ * that has a getter of its own (violation time, remapped rows, total
+ * energy, ...) reads what that getter reads, so the two always agree.
  */
 #include <stdio.h>
 #include <string.h>
@@ -82,6 +84,58 @@ static const char *power_field(unsigned field)
     }
 }
 
+/* The perf policy counters 74-81 by field id: the policy whose violation
+ * time (ns) each reports, as nvmlDeviceGetViolationStatus does.  Not in
+ * enum order: 80 and 81 are the totals (policies 10 and 11). */
+static int perf_policy_field(unsigned field, nvmlPerfPolicyType_t *policy)
+{
+    static const struct {
+        unsigned field;
+        nvmlPerfPolicyType_t policy;
+    } map[] = {
+        {NVML_FI_DEV_PERF_POLICY_POWER, NVML_PERF_POLICY_POWER},
+        {NVML_FI_DEV_PERF_POLICY_THERMAL, NVML_PERF_POLICY_THERMAL},
+        {NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, NVML_PERF_POLICY_SYNC_BOOST},
+        {NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, NVML_PERF_POLICY_BOARD_LIMIT},
+        {NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION, NVML_PERF_POLICY_LOW_UTILIZATION},
+        {NVML_FI_DEV_PERF_POLICY_RELIABILITY, NVML_PERF_POLICY_RELIABILITY},
+        {NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS, NVML_PERF_POLICY_TOTAL_APP_CLOCKS},
+        {NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS, NVML_PERF_POLICY_TOTAL_BASE_CLOCKS},
+    };
+    for (size_t i = 0; i < MOCK_COUNT(map); i++) {
+        if (map[i].field == field) {
+            *policy = map[i].policy;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The remapped rows fields 142-145: nvmlDeviceGetRemappedRows's four
+ * answers, each an unsigned int. */
+static int remapped_rows_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v)
+{
+    struct mock_remapped_rows rows;
+    unsigned value = 0;
+    int found;
+    switch (v->fieldId) {
+    case NVML_FI_DEV_REMAPPED_COR:
+    case NVML_FI_DEV_REMAPPED_UNC:
+    case NVML_FI_DEV_REMAPPED_PENDING:
+    case NVML_FI_DEV_REMAPPED_FAILURE: break;
+    default: return 0;
+    }
+    found = mock_remapped_rows(cfg, pos, &rows);
+    if (found) {
+        value = v->fieldId == NVML_FI_DEV_REMAPPED_COR       ? rows.correctable
+                : v->fieldId == NVML_FI_DEV_REMAPPED_UNC     ? rows.uncorrectable
+                : v->fieldId == NVML_FI_DEV_REMAPPED_PENDING ? rows.pending
+                                                             : rows.failure_occurred;
+    }
+    mock_field_uint(v, found, value);
+    return 1;
+}
+
 static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v)
 {
     unsigned long long n = 0;
@@ -109,6 +163,14 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
         return;
     }
     if (mock_nvlink_field(cfg, pos, v))
+        return;
+    nvmlPerfPolicyType_t policy;
+    if (perf_policy_field(v->fieldId, &policy)) {
+        found = mock_violation_ns(cfg, pos, policy, &n);
+        mock_field_ull(v, found, n);
+        return;
+    }
+    if (remapped_rows_field(cfg, pos, v))
         return;
     switch (v->fieldId) {
     case NVML_FI_DEV_ECC_CURRENT:

@@ -149,11 +149,37 @@ MOCK_API nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmS
     return r;
 }
 
-/* Names NVIDIA's library reports, for the metrics the mock computes. */
+/* The metrics the library knows, with the names and unit it reports for
+ * each: nvmlGpmMetricsGet answers only a metric listed here (any other is
+ * NOT_SUPPORTED), so every answer carries its names.
+ *
+ * The first sixteen are the names NVIDIA's library reports.  The media
+ * engine and per-link NVLink names could not be checked against a real
+ * driver: they are derived from the same pattern (the short name is the
+ * nvml.h id's suffix in lower case without "_PER_SEC", the long name its
+ * words with the engine or link named as nvml.h's comment does, the unit
+ * that of the metric's kind: "%" for a utilization, "MiB/sec" for a
+ * bandwidth). */
 struct metric_name {
     unsigned id;
     const char *short_name, *long_name, *unit;
 };
+
+/* NVDEC 0..7, NVJPG 0..7, NVOFA 0: "<engine>_<n>_util", "<ENGINE> <n> utilization". */
+#define MEDIA_UTIL(ENGINE, engine, n)                                                   \
+    {NVML_GPM_METRIC_##ENGINE##_##n##_UTIL, #engine "_" #n "_util",                     \
+     #ENGINE " " #n " utilization", "%"}
+#define MEDIA_UTIL_8(ENGINE, engine)                                                    \
+    MEDIA_UTIL(ENGINE, engine, 0), MEDIA_UTIL(ENGINE, engine, 1),                       \
+        MEDIA_UTIL(ENGINE, engine, 2), MEDIA_UTIL(ENGINE, engine, 3),                   \
+        MEDIA_UTIL(ENGINE, engine, 4), MEDIA_UTIL(ENGINE, engine, 5),                   \
+        MEDIA_UTIL(ENGINE, engine, 6), MEDIA_UTIL(ENGINE, engine, 7)
+/* Link l's two directions: "nvlink_l<l>_rx", "NVLink L<l> RX" (as the totals). */
+#define NVLINK_LINK(l)                                                                  \
+    {NVML_GPM_METRIC_NVLINK_L##l##_RX_PER_SEC, "nvlink_l" #l "_rx", "NVLink L" #l " RX", \
+     "MiB/sec"},                                                                        \
+        {NVML_GPM_METRIC_NVLINK_L##l##_TX_PER_SEC, "nvlink_l" #l "_tx",                 \
+         "NVLink L" #l " TX", "MiB/sec"}
 
 static const struct metric_name METRIC_NAMES[] = {
     {NVML_GPM_METRIC_GRAPHICS_UTIL, "gr_util", "graphics utilization", "%"},
@@ -172,7 +198,28 @@ static const struct metric_name METRIC_NAMES[] = {
     {NVML_GPM_METRIC_PCIE_RX_PER_SEC, "pcie_rx", "PCIe RX", "MiB/sec"},
     {NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "nvlink_total_rx", "NVLink total RX", "MiB/sec"},
     {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "nvlink_total_tx", "NVLink total TX", "MiB/sec"},
+    /* derived (see above) */
+    MEDIA_UTIL_8(NVDEC, nvdec),
+    MEDIA_UTIL_8(NVJPG, nvjpg),
+    MEDIA_UTIL(NVOFA, nvofa, 0),
+    NVLINK_LINK(0), NVLINK_LINK(1), NVLINK_LINK(2), NVLINK_LINK(3), NVLINK_LINK(4),
+    NVLINK_LINK(5), NVLINK_LINK(6), NVLINK_LINK(7), NVLINK_LINK(8), NVLINK_LINK(9),
+    NVLINK_LINK(10), NVLINK_LINK(11), NVLINK_LINK(12), NVLINK_LINK(13), NVLINK_LINK(14),
+    NVLINK_LINK(15), NVLINK_LINK(16), NVLINK_LINK(17),
 };
+
+#undef MEDIA_UTIL
+#undef MEDIA_UTIL_8
+#undef NVLINK_LINK
+
+/* The entry of a metric the library knows; NULL for any other id. */
+static const struct metric_name *metric_name(unsigned id)
+{
+    for (size_t n = 0; n < MOCK_COUNT(METRIC_NAMES); n++)
+        if (METRIC_NAMES[n].id == id)
+            return &METRIC_NAMES[n];
+    return NULL;
+}
 
 /* The value of one metric between two samples; 0 when the board has no
  * such unit (a media engine it lacks, a link past its count, C2C). */
@@ -248,23 +295,22 @@ MOCK_API nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
         return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned i = 0; i < metricsGet->numMetrics; i++) {
         nvmlGpmMetric_t *m = &metricsGet->metrics[i];
+        const struct metric_name *name = metric_name(m->metricId);
         double value = 0;
         memset(&m->metricInfo, 0, sizeof m->metricInfo);
         m->value = 0;
-        if (!metric_value(a, b, m->metricId, &value)) {
+        /* an unknown metric, or one the board lacks (a link past its
+         * count): no value, and no names (nvml.h: they "can be NULL") */
+        if (name == NULL || !metric_value(a, b, m->metricId, &value)) {
             m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             continue;
         }
         m->nvmlReturn = NVML_SUCCESS;
         m->value = value;
-        for (size_t n = 0; n < MOCK_COUNT(METRIC_NAMES); n++) {
-            if (METRIC_NAMES[n].id != m->metricId)
-                continue;
-            /* NVML hands out pointers to its own constant strings. */
-            m->metricInfo.shortName = (char *)METRIC_NAMES[n].short_name;
-            m->metricInfo.longName = (char *)METRIC_NAMES[n].long_name;
-            m->metricInfo.unit = (char *)METRIC_NAMES[n].unit;
-        }
+        /* NVML hands out pointers to its own constant strings. */
+        m->metricInfo.shortName = (char *)name->short_name;
+        m->metricInfo.longName = (char *)name->long_name;
+        m->metricInfo.unit = (char *)name->unit;
     }
     return NVML_SUCCESS;
 }

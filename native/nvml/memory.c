@@ -331,28 +331,42 @@ MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device
     return mock_enable_field(device, MOCK_GUARDED, "retired_pages.pending_retirement", isPending);
 }
 
+int mock_remapped_rows(const struct mock_config *cfg, unsigned pos,
+                       struct mock_remapped_rows *out)
+{
+    int pending = 0, failed = 0;
+    unsigned correctable;
+    if (!mock_dev_uint(cfg, pos, "remapped_rows.correctable", &correctable))
+        return 0;
+    out->correctable = correctable;
+    out->uncorrectable = 0;
+    mock_dev_uint(cfg, pos, "remapped_rows.uncorrectable", &out->uncorrectable);
+    mock_dev_bool(cfg, pos, "remapped_rows.pending", &pending);
+    mock_dev_bool(cfg, pos, "remapped_rows.failure_occurred", &failed);
+    out->pending = (unsigned)pending;
+    out->failure_occurred = (unsigned)failed;
+    return 1;
+}
+
+static int read_remapped_rows(const struct mock_config *cfg, unsigned pos, void *out)
+{
+    return mock_remapped_rows(cfg, pos, out);
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
                                                 unsigned int *uncRows, unsigned int *isPending,
                                                 unsigned int *failureOccurred)
 {
     if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    int pending = 0, failed = 0;
-    if (!mock_dev_uint(c.cfg, c.pos, "remapped_rows.correctable", corrRows)) {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    } else {
-        *uncRows = 0;
-        mock_dev_uint(c.cfg, c.pos, "remapped_rows.uncorrectable", uncRows);
-        mock_dev_bool(c.cfg, c.pos, "remapped_rows.pending", &pending);
-        mock_dev_bool(c.cfg, c.pos, "remapped_rows.failure_occurred", &failed);
-        *isPending = (unsigned)pending;
-        *failureOccurred = (unsigned)failed;
+    struct mock_remapped_rows rows;
+    nvmlReturn_t r = mock_read(device, read_remapped_rows, &rows);
+    if (r == NVML_SUCCESS) {
+        *corrRows = rows.correctable;
+        *uncRows = rows.uncorrectable;
+        *isPending = rows.pending;
+        *failureOccurred = rows.failure_occurred;
     }
-    mock_end(&c);
     return r;
 }
 

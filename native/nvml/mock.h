@@ -463,6 +463,23 @@ void mock_failure_cleanup(void);
 int mock_ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
                    nvmlEccCounterType_t counter, const char *location, unsigned long long *out);
 
+/* The remapped rows of a device (nvmlDeviceGetRemappedRows and field
+ * values 142-145): 0 when the board reports none (no
+ * `remapped_rows.correctable`), out untouched. */
+struct mock_remapped_rows {
+    unsigned correctable, uncorrectable, pending, failure_occurred;
+};
+int mock_remapped_rows(const struct mock_config *cfg, unsigned pos,
+                       struct mock_remapped_rows *out);
+
+/* ----------------------------------------------------------- clocks.c */
+
+/* The time (ns) a perf policy has held the clocks down, as
+ * nvmlDeviceGetViolationStatus and field values 74-81 answer it (one meter
+ * per device and policy); 0 for a policy the library does not know. */
+int mock_violation_ns(const struct mock_config *cfg, unsigned pos, nvmlPerfPolicyType_t policy,
+                      unsigned long long *ns);
+
 /* -------------------------------------------------------------- pci.c */
 
 /* nvmlPciInfo_t as NVIDIA's headers declared it before the 68-byte layout
