@@ -103,6 +103,21 @@ RULES = [
      "overrides.yaml: devices.GPU-abcdef01-0000-0000-0000-000000000000\n: "
      "'GPU-abcdef01-0000-0000-0000-000000000000\\n' is not a GPU index or a GPU UUID "
      "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"),
+    # The PCI tree's rules, checked where the file is read (``mokka ctl set`` included):
+    # a gen 9 used to pass here and fail the PCI stage, blaming the profile.
+    ({"version": 1, "devices": {"0": {"pcie": {"max_link_gen": 9}}}},
+     "overrides.yaml: devices.0.pcie.max_link_gen: found 9, expected an integer 1..6"),
+    ({"version": 1, "all": {"pcie": {"current_link_width": 3}}},
+     "overrides.yaml: all.pcie.current_link_width: found 3, expected one of 1, 2, 4, 8, 12, 16, "
+     "32"),
+    ({"version": 1, "all": {"persistence_mode": "Enabled\r"}},
+     "overrides.yaml: all.persistence_mode: 'Enabled\\r' holds a control character (a line "
+     "break, tab, escape...), expected text on one line"),
+    ({"version": 1, "all": {"fabric": {"clique_id": 2**32}}},
+     "overrides.yaml: all.fabric.clique_id: 4294967296 is out of range, expected 0..4294967295"),
+    ({"version": 1, "all": {"memory": {"total_bytes": 2**64}}},
+     "overrides.yaml: all.memory.total_bytes: 18446744073709551616 is out of range, expected "
+     "0..18446744073709551615"),
     ({"version": 1, "all": {"failure": {"probability": float("nan")}}},
      "overrides.yaml: all.failure.probability: nan is not a number"),
 ]

@@ -433,6 +433,20 @@ def test_bad_pcie_generation_is_a_clear_spec_error() -> None:
         plan_tree(attrs.evolve(state, gpus=(bad,)), fallback_cpus=1)
 
 
+@pytest.mark.parametrize(("pcie", "message"), [
+    ({"max_link_gen": 1, "current_link_gen": 6}, r"current_link_gen: found 6, expected at most "
+                                                 r"the max_link_gen"),
+    ({"max_link_width": 1, "current_link_width": 32}, r"current_link_width: found 32, expected "
+                                                      r"at most the max_link_width"),
+])
+def test_a_link_faster_than_its_capability_is_refused(pcie: dict, message: str) -> None:
+    """lspci calls such a link "overdriven": no real device reports one."""
+    state = h100_state(1)
+    bad = attrs.evolve(state.gpus[0], fields={"pcie": pcie})
+    with pytest.raises(SpecError, match=r"h100: devices\[0\]\.pcie\." + message):
+        plan_tree(attrs.evolve(state, gpus=(bad,)), fallback_cpus=1)
+
+
 def test_bad_cpulist_names_the_field() -> None:
     state = gb200_state()
     roots = (attrs.evolve(state.pcie_roots[0], cpulist="0-x"), *state.pcie_roots[1:])

@@ -251,7 +251,36 @@ RULES = [
     ("devices[1].compute_capability", {"major": "9", "minor": 0},
      "h100.yaml: devices[1].compute_capability.major: '9' is not an integer"),
     ("devices[1].memory", {"total_bytes": -1},
-     "h100.yaml: devices[1].memory.total_bytes: -1 is out of range, expected >= 0"),
+     "h100.yaml: devices[1].memory.total_bytes: -1 is out of range, expected "
+     "0..18446744073709551615"),
+    # NVML's counters are 64-bit: 10**30 bytes read as N/A in nvidia-smi
+    ("devices[1].memory", {"total_bytes": 10**30},
+     "h100.yaml: devices[1].memory.total_bytes: 1000000000000000000000000000000 is out of "
+     "range, expected 0..18446744073709551615"),
+    ("devices[1].fabric", {"state": "completed", "clique_id": 2**32},
+     "h100.yaml: devices[1].fabric.clique_id: 4294967296 is out of range, expected "
+     "0..4294967295"),
+    # Every string of a device reaches the engine config: refused here, naming the profile's
+    # field, rather than by the gpudriver stage after the PCI and IB trees were staged.
+    ("device_defaults.name", "NVIDIA\nH100",
+     "h100.yaml: device_defaults.name: 'NVIDIA\\nH100' holds a control character (a line "
+     "break, tab, escape...), expected text on one line"),
+    ("devices[1].inforom", {"oem_object": "2.1\x9b31m"},
+     "h100.yaml: devices[1].inforom.oem_object: '2.1\\x9b31m' holds a control character (a "
+     "line break, tab, escape...), expected text on one line"),
+    ("devices[1].vbios_version", "9" * 4097,
+     "h100.yaml: devices[1].vbios_version: is 4097 bytes long, expected at most 4096"),
+    ("devices[1].pcie", {"max_link_gen": 7},
+     "h100.yaml: devices[1].pcie.max_link_gen: found 7, expected an integer 1..6"),
+    ("devices[1].pcie", {"current_link_width": 3},
+     "h100.yaml: devices[1].pcie.current_link_width: found 3, expected one of 1, 2, 4, 8, 12, "
+     "16, 32"),
+    ("devices[1].pcie", {"current_link_gen": True},
+     "h100.yaml: devices[1].pcie.current_link_gen: found True, expected an integer 1..6"),
+    ("pcie_topology", {"root_complexes": [{"id": "pci0000:00", "devices": [],
+                                           "numa_node": 1024}]},
+     "h100.yaml: pcie_topology.root_complexes[0].numa_node: 1024 is out of range, expected "
+     "-1..1023"),
     ("devices[1].fabric", {"state": "ready"},
      "h100.yaml: devices[1].fabric.state: 'ready' is not one of: completed, in_progress, "
      "not_started, not_supported, auto"),

@@ -67,7 +67,7 @@ RULES = [
      "expected a unique UUID per domain"),
     ({"version": 1, "domains": [{"uuid": "00000000-0000-0000-0000-000000000001",
                                  "cliques": [{"id": -1, "nodes": []}]}]},
-     "t.yaml: domains[0].cliques[0].id: -1 is out of range, expected >= 0"),
+     "t.yaml: domains[0].cliques[0].id: -1 is out of range, expected 0..4294967295"),
     ({"version": 1, "domains": [{"uuid": "00000000-0000-0000-0000-000000000001",
                                  "cliques": [{"id": 0, "nodes": "n1"}]}]},
      "t.yaml: domains[0].cliques[0].nodes: 'n1' is not a list"),

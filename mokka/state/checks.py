@@ -233,6 +233,17 @@ def as_str(p: Problems, path: str, value: Any, *, nonempty: bool = True) -> str 
     return value
 
 
+#: The widest integers NVML hands out (``unsigned int``, ``unsigned long long``):
+#: a larger value in a profile or an overrides patch is no answer the library
+#: can give, and used to read as N/A or as another number.
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+#: The longest value the mock NVML library's engine config reader takes
+#: (``MOCK_MAX_VALUE`` in ``native/nvml/mock.h``), and so the longest text a
+#: device field may carry.
+TEXT_VALUE_MAX_BYTES = 4096
+
 #: Characters no one-line text value may hold: the C0 controls, DEL and the C1
 #: controls (a C1 character also makes a file unreadable to a YAML reader).
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -253,6 +264,25 @@ def as_text(p: Problems, path: str, value: Any, *, max_bytes: int) -> str | None
         p.add(path, f"is {size} bytes long, expected at most {max_bytes}")
         return None
     return text
+
+
+def check_text_leaves(
+    p: Problems, path: str, value: Any, *, max_bytes: int, checked: frozenset[str] = frozenset()
+) -> None:
+    """Every string in a nested block (mapping and list items, keys aside) is one line of
+    at most ``max_bytes``: refused where it is read, not where a file made of it is
+    written.  ``checked``: the paths whose own check (a pattern) already refuses more."""
+    if path in checked:
+        return
+    if isinstance(value, str):
+        as_text(p, path, value, max_bytes=max_bytes)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            name = key if isinstance(key, str) else str(key)
+            check_text_leaves(p, sub(path, name), item, max_bytes=max_bytes, checked=checked)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_text_leaves(p, sub(path, index), item, max_bytes=max_bytes, checked=checked)
 
 
 def as_choice(p: Problems, path: str, value: Any, choices: Iterable[str]) -> str | None:

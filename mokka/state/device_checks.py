@@ -29,6 +29,39 @@ FAILURE_MODES = ("healthy", "lost", "fallen_off_bus", "ecc_uncorrectable")
 #: ``auto``: in progress until the fabric manager's readiness marker exists.
 FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "auto")
 
+#: Link speeds ``lspci`` can name: Gen 1 (2.5 GT/s) .. Gen 6 (64 GT/s).
+MAX_LINK_GEN = 6
+#: Widths the PCIe specification defines (x12 and x32 included) and the
+#: Link Capabilities register can encode.
+LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+#: A GPU's ``pcie`` link fields, and what each may hold.
+PCIE_LINK_VALUES = {
+    "max_link_gen": range(1, MAX_LINK_GEN + 1),
+    "current_link_gen": range(1, MAX_LINK_GEN + 1),
+    "max_link_width": LINK_WIDTHS,
+    "current_link_width": LINK_WIDTHS,
+}
+
+
+def pcie_link_problem(key: str, value: Any) -> str | None:
+    """What is wrong with a ``pcie`` link field's value, or ``None`` (also for other keys)."""
+    allowed = PCIE_LINK_VALUES.get(key)
+    if allowed is None:
+        return None
+    if not isinstance(value, bool) and isinstance(value, int) and value in allowed:
+        return None
+    expected = (f"an integer 1..{MAX_LINK_GEN}" if "gen" in key
+                else "one of " + ", ".join(map(str, LINK_WIDTHS)))
+    return f"found {value!r}, expected {expected}"
+
+
+def check_pcie_link(p: Problems, path: str, value: Any) -> None:
+    """``pcie``'s link generation and width fields, where present (the rest passes)."""
+    pcie = checks.as_mapping(p, path, value)
+    for key, item in (pcie or {}).items():
+        if item is not None and (problem := pcie_link_problem(key, item)) is not None:
+            p.add(sub(path, key), problem)
+
 
 def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -> None:
     """``fabric``: the GPU's NVLink fabric identity (``cluster_uuid``, ``clique_id``, ``state``).
@@ -46,7 +79,8 @@ def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -
         checks.as_match(p, sub(path, "cluster_uuid"), fabric["cluster_uuid"], checks.UUID_RE,
                         "a UUID xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
     if fabric.get("clique_id") is not None:
-        checks.as_int(p, sub(path, "clique_id"), fabric["clique_id"], lo=0)
+        # ``nvmlGpuFabricInfo_t.cliqueId`` is an unsigned int
+        checks.as_int(p, sub(path, "clique_id"), fabric["clique_id"], lo=0, hi=checks.U32_MAX)
     if fabric.get("state") is not None:
         checks.as_choice(p, sub(path, "state"), fabric["state"], FABRIC_STATES)
     elif not partial:

@@ -29,7 +29,13 @@ from typing import Any
 
 from mokka.state import checks
 from mokka.state.checks import Problems, sub
-from mokka.state.device_checks import FABRIC_STATES, check_failure, check_xid_list
+from mokka.state.device_checks import (
+    FABRIC_STATES,
+    PCIE_LINK_VALUES,
+    check_failure,
+    check_xid_list,
+    pcie_link_problem,
+)
 
 #: A leaf checker: records problems about ``value`` at ``path``.  The result
 #: is ignored (the patch is stored as written), so any checker from
@@ -64,8 +70,21 @@ def _tlimit(p: Problems, path: str, v: Any) -> object:
 
 
 def _count(p: Problems, path: str, v: Any) -> object:
-    """An integer >= 0: counters, bytes, milliwatts, MHz, link widths."""
-    return checks.as_int(p, path, v, lo=0)
+    """An integer 0..2^64-1: counters, bytes, milliwatts, MHz."""
+    return checks.as_int(p, path, v, lo=0, hi=checks.U64_MAX)
+
+
+def _u32(p: Problems, path: str, v: Any) -> object:
+    return checks.as_int(p, path, v, lo=0, hi=checks.U32_MAX)
+
+
+def _pcie_link(p: Problems, path: str, v: Any) -> object:
+    """A link generation or width, as the profile allows (``device_checks``)."""
+    problem = pcie_link_problem(path.rpartition(".")[2], v)
+    if problem is not None:
+        p.add(path, problem)
+        return None
+    return v
 
 
 def _pct(p: Problems, path: str, v: Any) -> object:
@@ -77,7 +96,8 @@ def _bool(p: Problems, path: str, v: Any) -> object:
 
 
 def _str(p: Problems, path: str, v: Any) -> object:
-    return checks.as_str(p, path, v)
+    """Text the engine config carries: one line that its reader takes."""
+    return checks.as_text(p, path, v, max_bytes=checks.TEXT_VALUE_MAX_BYTES)
 
 
 def _pstate(p: Problems, path: str, v: Any) -> object:
@@ -189,15 +209,15 @@ SCHEMA: dict[str, Any] = {
         "correctable": _count, "uncorrectable": _count, "pending": _bool,
         "failure_occurred": _bool, "availability_histogram": ANY,
     },
-    "pcie": {k: _count for k in (
-        "replay_counter", "tx_throughput_kbps", "rx_throughput_kbps", "current_link_gen",
-        "current_link_width", "max_link_gen", "max_link_width",
-    )},
+    "pcie": {
+        **{k: _count for k in ("replay_counter", "tx_throughput_kbps", "rx_throughput_kbps")},
+        **{k: _pcie_link for k in PCIE_LINK_VALUES},
+    },
     "fan": ANY,
     # The fabric identity may change at runtime (a node joining a clique);
     # ``health`` is what ``nvmlDeviceGetGpuFabricInfoV`` reports beside it.
     "fabric": {
-        "state": _fabric_state, "clique_id": _count, "cluster_uuid": _uuid,
+        "state": _fabric_state, "clique_id": _u32, "cluster_uuid": _uuid,
         "health": {
             "summary": _str, "bandwidth": _str, "route_recovery_in_progress": _bool,
             "route_unhealthy": _bool, "access_timeout_recovery": _bool,

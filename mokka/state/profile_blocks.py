@@ -45,6 +45,9 @@ ROOT_ID_RE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
 #: ``NVML_NVLINK_MAX_LINKS`` (nvml.h): the most NVLinks a GPU has.
 NVLINK_MAX_LINKS = 18
 
+#: The highest NUMA node Linux numbers (``MAX_NUMNODES`` is at most 1024).
+MAX_NUMA_NODE = 1023
+
 #: The longest ``local_cpulist`` sysfs can show: an attribute is one page
 #: (4096 bytes), its newline included.
 CPULIST_MAX_BYTES = 4095
@@ -238,7 +241,9 @@ def parse_roots(p: Problems, raw: Any, devices: list[DeviceSpec]) -> list[RootSp
                 p.add(sub(path, "id"), f"{rid!r} repeats an earlier root, expected unique ids")
             ids.add(rid)
         # -1 is what the kernel writes to numa_node when firmware gives none
-        numa = checks.as_int(p, sub(path, "numa_node"), root.get("numa_node", 0), lo=-1)
+        # and at most MAX_NUMNODES - 1 (1 << NODES_SHIFT, 10 bits at the most)
+        numa = checks.as_int(p, sub(path, "numa_node"), root.get("numa_node", 0), lo=-1,
+                             hi=MAX_NUMA_NODE)
         cpulist = root.get("cpulist")
         if cpulist is not None:
             cpulist = _cpulist(p, sub(path, "cpulist"), cpulist)

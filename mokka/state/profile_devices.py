@@ -27,6 +27,7 @@ from mokka.state.device_checks import (
     check_dynamics,
     check_fabric,
     check_failure,
+    check_pcie_link,
     check_xid_list,
 )
 
@@ -208,7 +209,11 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
     Called once per layer (``device_defaults``, then each entry), so every
     problem is reported where it was written.  Nothing is required here;
     presence is the merged config's business (``parse_devices``, ``_device``).
+    Every string of the block, passed through or not, goes to the engine
+    config, so each is checked to fit one line there.
     """
+    checks.check_text_leaves(p, path, cfg, max_bytes=checks.TEXT_VALUE_MAX_BYTES,
+                             checked=frozenset({sub(path, "uuid"), sub(path, "pci.bus_id")}))
     if cfg.get("uuid") is not None:
         checks.as_match(p, sub(path, "uuid"), cfg["uuid"], checks.GPU_UUID_RE,
                         "a GPU UUID GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
@@ -245,11 +250,14 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
         block_map = checks.as_mapping(p, sub(path, block), cfg[block])
         for key in keys if block_map else ():
             if block_map.get(key) is not None:
-                checks.as_int(p, sub(path, f"{block}.{key}"), block_map[key], lo=0)
+                checks.as_int(p, sub(path, f"{block}.{key}"), block_map[key], lo=0,
+                              hi=checks.U64_MAX)
     platform = cfg.get("platform")
     pf = checks.as_mapping(p, sub(path, "platform"), platform) if platform is not None else None
     if pf and pf.get("module_id") is not None:
         checks.as_int(p, sub(path, "platform.module_id"), pf["module_id"], lo=0)
+    if cfg.get("pcie") is not None:
+        check_pcie_link(p, sub(path, "pcie"), cfg["pcie"])
     if cfg.get("fabric") is not None:
         check_fabric(p, sub(path, "fabric"), cfg["fabric"], partial=True)
     if cfg.get("failure") is not None:

@@ -143,7 +143,8 @@ def _cliques(p: Problems, dpath: str, dom: dict[str, Any]) -> list[Clique]:
         checks.check_keys(p, cpath, clique, CLIQUE_KEYS)
         cid = checks.require(p, cpath, clique, "id", "the clique id (an integer >= 0)")
         if cid is not None:
-            cid = checks.as_int(p, sub(cpath, "id"), cid, lo=0)
+            # the fabric's clique id is NVML's unsigned int cliqueId
+            cid = checks.as_int(p, sub(cpath, "id"), cid, lo=0, hi=checks.U32_MAX)
         if cid is not None:
             if cid in ids:
                 p.add(sub(cpath, "id"), f"{cid} repeats cliques[{ids[cid]}], expected a unique "

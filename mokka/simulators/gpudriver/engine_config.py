@@ -36,6 +36,7 @@ from typing import Any
 
 from mokka import layout
 from mokka.errors import SpecError
+from mokka.state.checks import CONTROL_RE, TEXT_VALUE_MAX_BYTES
 from mokka.state.model import Gpu, State
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ FORMAT_VERSION = 1
 #: (``MOCK_MAX_KEY`` and ``MOCK_MAX_VALUE`` in ``native/nvml/mock.h``; the
 #: value limit is in bytes of UTF-8).
 MAX_KEY_LENGTH = 200
-MAX_VALUE_LENGTH = 4096
+MAX_VALUE_LENGTH = TEXT_VALUE_MAX_BYTES
 
 #: The largest engine config the C library reads (``MOCK_MAX_CONFIG_BYTES`` in
 #: ``native/nvml/mock.h``): a longer one fails ``nvmlInit`` on every client.
@@ -73,8 +74,9 @@ _GOOD_SEGMENTS_LIMIT = 4096
 _SCALARS = (str, int, float, bool)
 
 #: Characters a string value may not contain: the format is one line per key,
-#: and the C0 controls and DEL have no business in any NVML string.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: and the C0 and C1 controls and DEL have no business in any NVML string (a
+#: YAML reader refuses the whole file over a C1 one).
+_CONTROL = CONTROL_RE
 
 #: Profile architecture names the library maps to ``NVML_DEVICE_ARCH_*``
 #: (its table in ``native/nvml/devices.c``); anything else reads as

@@ -43,6 +43,7 @@ import attrs
 
 from mokka.errors import SpecError
 from mokka.state.cpulists import format_cpulist, format_cpumask, parse_cpulist
+from mokka.state.device_checks import pcie_link_problem
 from mokka.state.model import Gpu, RootComplex, State
 
 #: PCI vendor id of NVIDIA (the ``10de`` of NFD's ``pci-10de.present``).
@@ -67,11 +68,6 @@ NVSWITCH_LINK_WIDTH = 4
 #: common denominator of the datacenter GPUs the built-in profiles cover.
 DEFAULT_LINK_GEN = 4
 DEFAULT_LINK_WIDTH = 16
-#: Link speeds ``lspci`` can name: Gen 1 (2.5 GT/s) .. Gen 6 (64 GT/s).
-MAX_LINK_GEN = 6
-#: Widths the PCIe specification defines (x12 and x32 included) and the
-#: Link Capabilities register can encode.
-LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 
 #: Interrupt numbers, one per function in BDF order, starting above the
 #: legacy ISA and first IOAPIC pins (0..23) so none looks like a timer or
@@ -203,25 +199,22 @@ def _gpu_link(state: State, gpu: Gpu) -> Link:
     if not isinstance(raw, Mapping):
         raw = {}
     values: dict[str, int] = {}
-    for key, default, allowed in (
-        ("max_link_gen", DEFAULT_LINK_GEN, range(1, MAX_LINK_GEN + 1)),
-        ("max_link_width", DEFAULT_LINK_WIDTH, LINK_WIDTHS),
-        ("current_link_gen", None, range(1, MAX_LINK_GEN + 1)),
-        ("current_link_width", None, LINK_WIDTHS),
+    for key, default in (
+        ("max_link_gen", DEFAULT_LINK_GEN),
+        ("max_link_width", DEFAULT_LINK_WIDTH),
+        ("current_link_gen", None),
+        ("current_link_width", None),
     ):
         value = raw.get(key)
         if value is None:
             value = default if default is not None else values[key.replace("current", "max")]
-        if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
-            expected = (
-                f"an integer 1..{MAX_LINK_GEN}"
-                if "gen" in key
-                else "one of " + ", ".join(map(str, LINK_WIDTHS))
-            )
-            raise SpecError(
-                f"{state.profile_name}: devices[{gpu.index}].pcie.{key}: "
-                f"found {value!r}, expected {expected}"
-            )
+        problem = pcie_link_problem(key, value)
+        if problem is None and key.startswith("current") and value > values[
+                key.replace("current", "max")]:
+            # a link trains at most at what both ends can do: lspci would call it overdriven
+            problem = f"found {value!r}, expected at most the max_link_{key.split('_')[-1]}"
+        if problem is not None:
+            raise SpecError(f"{state.profile_name}: devices[{gpu.index}].pcie.{key}: {problem}")
         values[key] = value
     return Link(
         max_gen=values["max_link_gen"],
