@@ -70,11 +70,12 @@ def test_typed_values_resolved_for_the_library():
     assert loaded["device.0.supported_clocks.memory_clocks.1.freq_mhz"] == 1593
     assert loaded["device.0.supported_clocks.memory_clocks.0.graphics_clocks.0"] == 1980
     assert loaded["device.0.processes.count"] == 0
-    # NVLink: 18 links per GPU, round-robin over the four NVSwitches.
+    # NVLink: 18 links per GPU to the four NVSwitches, which the library wires itself.
     assert loaded["device.0.nvlink.link_count"] == 18
     assert loaded["device.0.nvlink.link.0.remote_type"] == "switch"
-    assert loaded["device.0.nvlink.link.5.remote_bus_id"] == "00000000:06:00.0"
+    assert not any(key.endswith("remote_bus_id") for key in loaded)
     assert loaded["nvlink.switch_count"] == 4
+    assert loaded["nvlink.switch.1.bus_id"] == "00000000:06:00.0"
 
 
 def test_paths_are_relative_to_the_config_directory():

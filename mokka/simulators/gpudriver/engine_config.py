@@ -399,7 +399,10 @@ def _link_entries(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
     The library answers a query for a link at or past ``link_count`` with
     NOT_SUPPORTED, feeds ``GetNvLinkRemotePciInfo`` from ``remote_bus_id``,
     and counts the ``switch`` links for field 147 (``topo -m`` prints NV18
-    for 18 of them).
+    for 18 of them).  Links to the NVSwitches listed in ``nvlink.switch.*``
+    carry no bus id: the library wires those itself, each GPU's links in
+    blocks over the switches as the baseboard splits them, one peer per
+    switch port (``native/nvml/nvlink.c``, docs/nvml.md "NVLink").
     """
     nvlink = state.nvlink
     links = nvlink.links_per_gpu if nvlink is not None else 0
@@ -410,13 +413,10 @@ def _link_entries(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
     peers = [other for other in state.gpus if other.index != gpu.index]
     for link in range(links):
         key = f"nvlink.link.{link}"
-        if switches:
-            # Links fan out round-robin over the NVSwitches (HGX baseboards).
-            yield f"{key}.remote_type", "switch"
-            yield f"{key}.remote_bus_id", nvml_bus_id(switches[link % len(switches)].bdf)
-        elif nvlink.c2c_enabled or not peers:
-            # NVL72 trays and single-GPU nodes: the far end is a switch tray
-            # outside this node, so there is no PCI function to report.
+        if switches or nvlink.c2c_enabled or not peers:
+            # HGX baseboards (wired by the library), NVL72 trays and single-GPU
+            # nodes (the far end is a switch tray outside this node, no PCI
+            # function to report).
             yield f"{key}.remote_type", "switch"
         else:
             # No switches declared: a direct GPU mesh, links spread over the peers.
