@@ -58,14 +58,24 @@ def nvml_env(native_dir: Path, config: Path, **extra: str) -> dict[str, str]:
 
 def probe(native_dir: Path, config: Path, *args: str, **extra: str) -> dict[str, Any]:
     """Run one probe command in a fresh interpreter; its JSON result."""
+    return _json_of([str(PROBE), *args], native_dir, config, extra)
+
+
+def run_script(native_dir: Path, config: Path, script: str, *args: str, **extra: str) -> Any:
+    """Run the Python source ``script`` with ``args`` in a fresh interpreter against the
+    library (a crash there fails the test, not the run); what it printed, as JSON."""
+    return _json_of(["-c", script, *args], native_dir, config, extra)
+
+
+def _json_of(argv: list[str], native_dir: Path, config: Path, extra: dict[str, str]) -> Any:
     result = subprocess.run(
-        [sys.executable, str(PROBE), *args],
+        [sys.executable, *argv],
         env=nvml_env(native_dir, config, **extra),
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert result.returncode == 0, f"probe {args} failed:\n{result.stderr}"
+    assert result.returncode == 0, f"{argv[:1]} {argv[2:]} failed:\n{result.stderr}"
     return json.loads(result.stdout)
 
 

@@ -13,10 +13,7 @@ the library stay in step.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,7 @@ import pytest
 
 from mokka.state.compile import compile_profile
 from mokka.state.model import Failure, Gpu, State
-from tests.nvml_support import nvml_env, run_smi, write_config
+from tests.nvml_support import run_script, run_smi, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -95,15 +92,7 @@ print(json.dumps(out))
 
 
 def child(native: Path, config: Path, *args: str) -> Any:
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, *args],
-        env=nvml_env(native, config),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_script(native, config, CHILD, *args)
 
 
 def state_of(profile: str) -> State:

@@ -32,7 +32,7 @@ import pytest
 from mokka import ctl
 from mokka.state.compile import compile_profile
 from mokka.state.model import Failure, State
-from tests.nvml_support import load_target, nvml_env, run_smi, write_config
+from tests.nvml_support import load_target, run_script, run_smi, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -119,23 +119,8 @@ print(json.dumps(out))
 
 
 def child(native: Path, config: Path, command: str, index: int = 0) -> Any:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CHILD,
-            command,
-            json.dumps(list(POLICY_REASONS)),
-            json.dumps(REMAPPED),
-            str(index),
-        ],
-        env=nvml_env(native, config),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_script(native, config, CHILD, command, json.dumps(list(POLICY_REASONS)),
+                      json.dumps(REMAPPED), str(index))
 
 
 def state_of(profile: str, tmp_path: Path, *ctl_calls: list[str]) -> State:

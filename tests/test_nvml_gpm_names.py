@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ import attrs
 import pytest
 
 from mokka.state.compile import compile_profile
-from tests.nvml_support import load_target, nvml_env, write_config
+from tests.nvml_support import load_target, run_script, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -86,15 +84,8 @@ def metric_max() -> int:
 
 
 def child(native: Path, config: Path, ids: list[int], index: int = 0) -> dict[int, Any]:
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(ids), str(index)],
-        env=nvml_env(native, config),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return {int(k): v for k, v in json.loads(result.stdout).items()}
+    got = run_script(native, config, CHILD, json.dumps(ids), str(index))
+    return {int(k): v for k, v in got.items()}
 
 
 #: The names of the first sixteen metrics, as the library has reported them

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ import pytest
 
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.nvml_support import nvml_env, run_smi, write_config
+from tests.nvml_support import run_script, run_smi, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -106,15 +104,7 @@ print(json.dumps(out))
 
 
 def child(native: Path, config: Path, *args: str, **extra: str) -> Any:
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, *args],
-        env=nvml_env(native, config, **extra),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_script(native, config, CHILD, *args, **extra)
 
 
 def state_of(profile: str) -> State:
