@@ -28,15 +28,13 @@ wave with a message instead of shipping a file the library would refuse.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.state.checks import CONTROL_RE, TEXT_VALUE_MAX_BYTES
+from mokka.simulators.gpudriver.config_lines import flatten, format_line
 from mokka.state.model import Gpu, State
 
 logger = logging.getLogger(__name__)
@@ -44,39 +42,12 @@ logger = logging.getLogger(__name__)
 #: Version of the format; the C library refuses any other value.
 FORMAT_VERSION = 1
 
-#: Length limits the C parser enforces (it rejects longer keys and values), so
-#: the writer refuses them first with a message naming the field
-#: (``MOCK_MAX_KEY`` and ``MOCK_MAX_VALUE`` in ``native/nvml/mock.h``; the
-#: value limit is in bytes of UTF-8).
-MAX_KEY_LENGTH = 200
-MAX_VALUE_LENGTH = TEXT_VALUE_MAX_BYTES
-
 #: The largest engine config the C library reads (``MOCK_MAX_CONFIG_BYTES`` in
 #: ``native/nvml/mock.h``): a longer one fails ``nvmlInit`` on every client.
 MAX_CONFIG_BYTES = 16 << 20
 
 #: The C library's device table size (``MOCK_MAX_DEVICES`` in ``native/nvml/mock.h``).
 MAX_DEVICES = 64
-
-#: One key segment of a flattened profile field (matched whole: ``$`` alone
-#: would let a trailing newline through and split the line).  Anything else
-#: (spaces, colons, quotes, line breaks) cannot appear in a plain YAML key,
-#: so such fields are left out with a warning instead of corrupting the file.
-_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
-
-#: Segments already found to match ``_SEGMENT``: a node's GPUs share their
-#: field names, so each name is matched once rather than once per GPU.
-#: Bounded, as a hostile profile could name fields without end.
-_GOOD_SEGMENTS: set[str] = set()
-_GOOD_SEGMENTS_LIMIT = 4096
-
-#: The leaf types of a profile document (YAML scalars), flattened as they are.
-_SCALARS = (str, int, float, bool)
-
-#: Characters a string value may not contain: the format is one line per key,
-#: and the C0 and C1 controls and DEL have no business in any NVML string (a
-#: YAML reader refuses the whole file over a C1 one).
-_CONTROL = CONTROL_RE
 
 #: Profile architecture names the library maps to ``NVML_DEVICE_ARCH_*``
 #: (its table in ``native/nvml/devices.c``); anything else reads as
@@ -134,12 +105,12 @@ class DeviceBlocks:
         self._blocks: dict[int, tuple[list[tuple[str, Any]], Mapping[str, Any], list[str]]] = {}
 
     def lines(self, state: State, position: int, gpu: Gpu) -> list[str]:
-        """The formatted lines of one GPU's block (``_device_entries`` then ``_format_line``)."""
+        """One GPU's formatted lines (``_device_entries``, then ``format_line``)."""
         typed = list(_typed_device_fields(state, gpu))
         kept = self._blocks.get(position)
         if kept is not None and _identical(kept[0], typed) and _identical(kept[1], gpu.fields):
             return kept[2]
-        lines = [_format_line(key, value) for key, value in _device_entries(position, gpu, typed)]
+        lines = [format_line(key, value) for key, value in _device_entries(position, gpu, typed)]
         self._blocks[position] = (typed, gpu.fields, lines)
         return lines
 
@@ -151,7 +122,7 @@ class DeviceBlocks:
 
 def _identical(a: Any, b: Any) -> bool:
     """Equal, with the same types and the same key order all the way down (what
-    ``_flatten`` and ``_format_value`` write depends on all three)."""
+    ``config_lines`` writes depends on all three)."""
     # The C comparison first: it rejects almost every change, and once it
     # holds, only the types and the order are left to compare.
     return a is b or (a == b and _same_shape(a, b))
@@ -200,7 +171,7 @@ def render_engine_config(state: State, blocks: DeviceBlocks | None = None) -> st
         "# Engine config of the mock NVML library (format described in docs/engine-config.md).",
         "# Written by the mokka node daemon; edits are overwritten on the next pass.",
     ]
-    lines.extend(_format_line(key, value) for key, value in entries)
+    lines.extend(format_line(key, value) for key, value in entries)
     if blocks is None:
         blocks = DeviceBlocks()
     else:
@@ -275,7 +246,7 @@ def _device_entries(
     # Generic profile fields first, then the typed ones on top: the typed
     # values are already resolved (NVML spellings, folded clique, overrides)
     # and must win over the raw profile field of the same name.
-    merged: dict[str, Any] = dict(_flatten(gpu.fields, where=f"gpu {gpu.index}"))
+    merged: dict[str, Any] = dict(flatten(gpu.fields, where=f"gpu {gpu.index}"))
     merged.update(typed)
     return [(f"{prefix}.{key}", value) for key, value in merged.items()]
 
@@ -436,130 +407,3 @@ def nvml_bus_id(bdf: str) -> str:
         parts.insert(0, "0")
     domain, bus, devfn = parts
     return f"{int(domain, 16):08X}:{bus.upper()}:{devfn.upper()}"
-
-
-def _flatten(value: Any, *, where: str) -> list[tuple[str, Any]]:
-    """Nested dicts/lists → ``(dotted key, scalar)``; lists get ``.count`` and ``.<i>``.
-
-    ``.count`` lets the C side walk a list without scanning for keys.  A
-    ``None`` is left out, so the library falls back to its own default as
-    if the profile had no such field.  ``where`` names the GPU in warnings.
-    """
-    flat: list[tuple[str, Any]] = []
-    _flatten_into(flat, value, where, "")
-    return flat
-
-
-def _flatten_into(flat: list[tuple[str, Any]], value: Any, where: str, prefix: str) -> None:
-    # Appends rather than nested generators: a GPU has hundreds of leaves,
-    # and every ``yield from`` level would pass each of them up once more.
-    # The exact-type tests come first: ``isinstance`` against the ``Mapping``
-    # ABC costs several times more, and a GPU's fields are plain dicts and
-    # scalars (the render of eight GPUs is a tenth of a cold pass).
-    if type(value) is dict or isinstance(value, Mapping):
-        for key, item in value.items():
-            segment = key if type(key) is str else str(key)
-            if segment not in _GOOD_SEGMENTS:
-                if not _SEGMENT.fullmatch(segment):
-                    logger.warning(
-                        "engine config: %s: field %r left out: key segment %r is not "
-                        "[A-Za-z0-9_-]+",
-                        where,
-                        prefix + segment,
-                        segment,
-                    )
-                    continue
-                if len(_GOOD_SEGMENTS) < _GOOD_SEGMENTS_LIMIT:
-                    _GOOD_SEGMENTS.add(segment)
-            if type(item) in _SCALARS:
-                flat.append((prefix + segment, item))
-            else:
-                _flatten_into(flat, item, where, f"{prefix}{segment}.")
-    elif isinstance(value, list | tuple):
-        flat.append((f"{prefix}count", len(value)))
-        for i, item in enumerate(value):
-            _flatten_into(flat, item, where, f"{prefix}{i}.")
-    elif value is not None:
-        flat.append((prefix[:-1] if prefix.endswith(".") else prefix, value))
-
-
-def _format_line(key: str, value: Any) -> str:
-    """One ``key: value`` line; ``SpecError`` if the key is longer than the reader allows."""
-    if len(key) > MAX_KEY_LENGTH:
-        raise SpecError(
-            f"engine config: {key[:60]}...: key is {len(key)} characters, "
-            f"expected at most {MAX_KEY_LENGTH}"
-        )
-    return f"{key}: {_format_value(key, value)}"
-
-
-def _format_value(key: str, value: Any) -> str:
-    """A value in the format's spelling, readable by both the C reader and PyYAML.
-
-    Strings are always double-quoted, so ``"1.0"`` or ``"on"`` stay strings
-    to a YAML reader; the only escapes are ``\\"`` and ``\\\\``, the two the C
-    reader undoes.  ``bool`` is tested before ``int`` (it is one to Python).
-    """
-    kind = type(value)  # the exact types first: most values are plain str and int
-    if kind is str:
-        return _quoted(key, value)
-    if kind is int:
-        return _number(key, value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return _number(key, value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise SpecError(f"engine config: {key}: got {value!r}, expected a finite number")
-        # repr: the shortest text that reads back as the same double (strtod)
-        text = repr(value)
-        # PyYAML (YAML 1.1) reads ``1e-05`` as a string: keep a dot in the mantissa.
-        if "e" in text and "." not in text.split("e")[0]:
-            mantissa, exponent = text.split("e")
-            text = f"{mantissa}.0e{exponent}"
-        # PyYAML's float pattern also wants a signed exponent; ``repr`` always
-        # writes the sign, so this is a guard rather than a case seen in practice
-        if "e" in text and text.split("e")[1][0] not in "+-":
-            mantissa, exponent = text.split("e")
-            text = f"{mantissa}e+{exponent}"
-        return text
-    if isinstance(value, str):
-        return _quoted(key, value)
-    raise SpecError(
-        f"engine config: {key}: got a {type(value).__name__}, "
-        "expected a string, number or boolean"
-    )
-
-
-def _number(key: str, value: int) -> str:
-    """An integer's digits; refused, naming ``key``, when the reader would refuse the line."""
-    text = str(value)
-    if len(text) > MAX_VALUE_LENGTH:
-        raise SpecError(
-            f"engine config: {key}: a number of {len(text)} digits, "
-            f"expected at most {MAX_VALUE_LENGTH}"
-        )
-    return text
-
-
-def _quoted(key: str, value: str) -> str:
-    """A string value double-quoted, refused (naming ``key``) if the reader cannot take it."""
-    if _CONTROL.search(value):
-        raise SpecError(
-            f"engine config: {key}: got {value!r}, expected a string without "
-            "newlines or control characters"
-        )
-    if len(value.encode()) > MAX_VALUE_LENGTH:
-        raise SpecError(
-            f"engine config: {key}: value is {len(value.encode())} bytes, "
-            f"expected at most {MAX_VALUE_LENGTH}"
-        )
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def format_entry(key: str, value: Any) -> str:
-    """One ``key: value`` line of this format, for other files the library
-    reads in it (the workload file); ``SpecError`` as for the engine config."""
-    return _format_line(key, value)

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from mokka.simulators.gpudriver.engine_config import FORMAT_VERSION, format_entry
+from mokka.simulators.gpudriver.config_lines import format_line
+from mokka.simulators.gpudriver.engine_config import FORMAT_VERSION
 from mokka.simulators.workload.podresources import Grant, Holder
 from mokka.state.model import State
 
@@ -159,5 +160,5 @@ def render_workload(state: State, allocation: Allocation, shares: Shares) -> str
         "# Workload of the mock NVML library: who holds each GPU (docs/workloads.md).",
         "# Written by the mokka node daemon from the kubelet's pod-resources API.",
     ]
-    lines.extend(format_entry(key, value) for key, value in entries)
+    lines.extend(format_line(key, value) for key, value in entries)
     return "\n".join(lines) + "\n"
