@@ -678,6 +678,18 @@ unsigned long long mock_nvlink_errors(const struct mock_config *cfg, unsigned po
 /* Fills an NVLink field value (scopeId = link); 0 when `v` is no NVLink field. */
 int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v);
 
+/* ----------------------------------------------------- nvlink_wiring.c */
+
+/* PCI vendor id of NVIDIA (the low half of NVML's packed ids). */
+#define NVIDIA_VENDOR 0x10deu
+
+/* 1 with the switch index (*sw, the engine config's nvlink.switch.<i>) and
+ * port a device's link lands on; 0 when it reaches none of the listed switches. */
+int mock_nvlink_wired_switch(const struct mock_config *cfg, unsigned pos, unsigned link,
+                             unsigned *sw, unsigned *port);
+/* NVML's packed PCI id (device << 16 | vendor) of the node's NVSwitches. */
+unsigned mock_nvswitch_pci_id(const struct mock_config *cfg);
+
 /* ------------------------------------------------------------ fields.c */
 
 /* Stores a field value's answer: NOT_SUPPORTED unless `found`; a 32-bit
