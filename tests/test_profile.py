@@ -154,6 +154,13 @@ def test_a_cpulist_is_kept_as_the_kernel_spells_it() -> None:
     assert 'device.3.cpu_affinity: "7-9"\n' in text
 
 
+def test_an_empty_pass_through_string_is_still_accepted() -> None:
+    """The one-line check of every device string does not make an empty one an error."""
+    doc = with_change("devices[1].inforom", {"oem_object": "", "ecc_object": "7.16"})
+    profile = Profile.from_mapping(doc, source="p.yaml")
+    assert profile.devices[1].config["inforom"]["oem_object"] == ""
+
+
 def test_several_roots_keep_numa_and_order() -> None:
     state = compile_profile(PROFILES / "hgx-8gpu.yaml", node_name="worker-0")
     assert [(r.id, r.numa_node, len(r.bdfs)) for r in state.pcie_roots] == [

@@ -249,10 +249,12 @@ TEXT_VALUE_MAX_BYTES = 4096
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def as_text(p: Problems, path: str, value: Any, *, max_bytes: int) -> str | None:
+def as_text(
+    p: Problems, path: str, value: Any, *, max_bytes: int, nonempty: bool = True
+) -> str | None:
     """``as_str``, on one line without control characters, at most ``max_bytes`` of UTF-8
     (the buffer, file or attribute the value is written to, its terminating NUL left out)."""
-    text = as_str(p, path, value)
+    text = as_str(p, path, value, nonempty=nonempty)
     if text is None:
         return None
     if CONTROL_RE.search(text):
@@ -275,7 +277,8 @@ def check_text_leaves(
     if path in checked:
         return
     if isinstance(value, str):
-        as_text(p, path, value, max_bytes=max_bytes)
+        # an empty pass-through string is the profile's business, as before
+        as_text(p, path, value, max_bytes=max_bytes, nonempty=False)
     elif isinstance(value, Mapping):
         for key, item in value.items():
             name = key if isinstance(key, str) else str(key)
