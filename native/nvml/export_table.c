@@ -9,15 +9,19 @@
  * is too small prints "Uninitialized" for the fields behind the missing
  * slots.  The smallest table that satisfies every guard nvidia-smi 535
  * evaluates is MOCK_EXPORT_TABLE_BYTES (tests/test_nvidia_smi_real.py proves
- * it by building one slot smaller).  Slot 23 is the PCI path between two bus
- * ids (`topo -m`); slots 226, 231, 240, 242 and 243 are the board facts `-q`
- * reads only here (atomic caps, GPU part number, T.Limit temperature,
- * addressing mode, sparse operation mode); slots 213 to 215 the
- * processes (the process table); slots 72, 138 and 145 what `dmon` and
- * `pmon` need beyond the public getters (whether a GPU can be monitored,
- * the thermal violation time, per-process engine use).  Each answers from
- * the same profile field or public getter as that fact's public call, so
- * the two never differ; any other slot stays NULL (nvidia-smi prints N/A).
+ * it by building one slot smaller).  Slots 12 and 75 are how `-i <PCI bus
+ * id>` picks a GPU (slot 12 parses the id, slot 75 gives each GPU's domain,
+ * bus and device to compare with it); slot 23 is the PCI path between two
+ * bus ids (`topo -m`); slot 108 is nvmlDeviceGetEnforcedPowerLimit itself,
+ * the only way `--query-gpu=enforced.power.limit` reads it; slots 226, 231,
+ * 240, 242 and 243 are the board facts `-q` reads only here (atomic caps,
+ * GPU part number, T.Limit temperature, addressing mode, sparse operation
+ * mode); slots 213 to 215 the processes (the process table); slots 72, 138
+ * and 145 what `dmon` and `pmon` need beyond the public getters (whether a
+ * GPU can be monitored, the thermal violation time, per-process engine
+ * use).  Each answers from the same profile field or public getter as that
+ * fact's public call, so the two never differ; any other slot stays NULL
+ * (nvidia-smi prints N/A, or for `-i` a message of its own).
  *
  * How the slots were found: a throw-away build filled every NULL slot of a
  * larger table with a function that logs its slot number and arguments,
@@ -25,8 +29,16 @@
  * call sites showed the argument types and what the caller does with the
  * result.  Slot 26 is nvidia-smi's debug log hook and slot 81 a label for
  * a GPU index (NULL: nvidia-smi prints the index), both left empty.
+ * Slots 12, 75 and 108 were read off the selection code nvidia-smi runs for
+ * `-i` and the enforced.power.limit column (objdump, then gdb at the calls
+ * with the slots filled), and checked against NVIDIA's libnvidia-ml
+ * 535.309.01 (Debian's libnvidia-ml1, unpacked for reading only): its table
+ * for this GUID holds the sscanf-based parser below in slot 12, a read of
+ * the device record's domain, bus and device in slot 75, and a relocation
+ * to the exported nvmlDeviceGetEnforcedPowerLimit in slot 108.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "mock.h"
@@ -38,7 +50,10 @@
 #define MOCK_EXPORT_TABLE_BYTES 0x7a0
 #endif
 #define EXPORT_TABLE_SLOTS (MOCK_EXPORT_TABLE_BYTES / sizeof(void *))
+#define SLOT_PARSE_BUS_ID 12
 #define SLOT_TOPOLOGY_LEVEL 23
+#define SLOT_GPU_PCI_LOCATION 75
+#define SLOT_ENFORCED_POWER_LIMIT 108
 #define SLOT_MONITORING_SUPPORTED 72
 #define SLOT_THERMAL_VIOLATION 138
 #define SLOT_PROCESS_ENGINE_SAMPLES 145
@@ -58,6 +73,65 @@ static const unsigned char SMI_TABLE_GUID[16] = {
     0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
     0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4,
 };
+
+/* Slot 12: (busId, &domain, &bus, &device, &function) -> SUCCESS, or
+ * INVALID_ARGUMENT for a string that is no PCI bus id.  `-i` hands every id
+ * with a ':' to it; a failure prints "Invalid PCI bus id format. Try format
+ * [domain:]bus:device.function".  NVIDIA's parser (libnvidia-ml 535) tries
+ * three sscanf formats in turn, each ending in %c so that nothing may
+ * follow: "%x:%x:%x.%x", then "%x:%x:%x" (function 0), then "%x:%x.%x"
+ * (domain 0).  The same formats here accept and refuse the same strings:
+ * 00000000:64:00.0, 0000:64:00.0, 0:64:0.0, 0:64:0 and 64:00.0 parse,
+ * 64:00 or a trailing character do not.  Whether a GPU sits there is
+ * slot 75's part: an id no GPU has is no format error. */
+static int parse_bus_id(const char *bus_id, unsigned int *domain, unsigned int *bus,
+                        unsigned int *device, unsigned int *function)
+{
+    nvmlReturn_t r = mock_require_init();
+    if (r != NVML_SUCCESS)
+        return r;
+    if (bus_id == NULL || domain == NULL || bus == NULL || device == NULL || function == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char trailing;
+    if (sscanf(bus_id, "%x:%x:%x.%x%c", domain, bus, device, function, &trailing) == 4)
+        return NVML_SUCCESS;
+    if (sscanf(bus_id, "%x:%x:%x%c", domain, bus, device, &trailing) == 3) {
+        *function = 0;
+        return NVML_SUCCESS;
+    }
+    if (sscanf(bus_id, "%x:%x.%x%c", bus, device, function, &trailing) == 3) {
+        *domain = 0;
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/* Slot 75: (index, &domain, &bus, &device), where the GPU of that index
+ * (nvmlDeviceGetHandleByIndex's numbering, which `-i` walks) sits on the
+ * bus.  nvidia-smi selects the GPU whose three numbers equal slot 12's and
+ * only when slot 12's function is 0; no GPU matching prints what an
+ * unknown UUID does.  A failure prints "Internal application error"
+ * (UNINITIALIZED and NOT_SUPPORTED: the version mismatch message).  The
+ * numbers are nvmlDeviceGetPciInfo_v3's, which answers for a lost GPU too,
+ * as NVIDIA's slot (a read of the device record) does. */
+static int gpu_pci_location(unsigned int index, unsigned int *domain, unsigned int *bus,
+                            unsigned int *device)
+{
+    if (domain == NULL || bus == NULL || device == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDevice_t handle;
+    nvmlReturn_t r = nvmlDeviceGetHandleByIndex_v2(index, &handle);
+    if (r != NVML_SUCCESS)
+        return r;
+    nvmlPciInfo_t pci;
+    r = nvmlDeviceGetPciInfo_v3(handle, &pci);
+    if (r != NVML_SUCCESS)
+        return r;
+    *domain = pci.domain;
+    *bus = pci.bus;
+    *device = pci.device;
+    return NVML_SUCCESS;
+}
 
 /* PCI path levels as `topo -m` numbers them. */
 enum smi_level { SMI_PIX = 0, SMI_PXB = 1, SMI_PHB = 2, SMI_NODE = 3, SMI_SYS = 4 };
@@ -297,7 +371,11 @@ static void set_slot(unsigned slot, const void *fn)
 static void build_table(void)
 {
     g_table[0] = (const void *)(uintptr_t)MOCK_EXPORT_TABLE_BYTES;
+    g_table[SLOT_PARSE_BUS_ID] = (const void *)(uintptr_t)&parse_bus_id;
     g_table[SLOT_TOPOLOGY_LEVEL] = (const void *)(uintptr_t)&topology_level;
+    set_slot(SLOT_GPU_PCI_LOCATION, (const void *)(uintptr_t)&gpu_pci_location);
+    /* Slot 108: (device, &milliwatts): the public getter, as in NVIDIA's table. */
+    set_slot(SLOT_ENFORCED_POWER_LIMIT, (const void *)(uintptr_t)&nvmlDeviceGetEnforcedPowerLimit);
     set_slot(SLOT_MONITORING_SUPPORTED, (const void *)(uintptr_t)&monitoring_supported);
     set_slot(SLOT_THERMAL_VIOLATION, (const void *)(uintptr_t)&thermal_violation);
     set_slot(SLOT_PROCESS_ENGINE_SAMPLES, (const void *)(uintptr_t)&process_engine_samples);
