@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ import pytest
 from mokka import ctl
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.nvml_support import nvml_env, run_smi, write_config
+from tests.nvml_support import run_script, run_smi, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(300)]
 
@@ -150,10 +149,40 @@ print(json.dumps([nv.nvmlDeviceGetEnforcedPowerLimit(nv.nvmlDeviceGetHandleByInd
 
 
 def public_enforced_limits(native: Path, config: Path) -> list[int]:
-    result = subprocess.run([sys.executable, "-c", ENFORCED_SCRIPT], env=nvml_env(native, config),
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_script(native, config, ENFORCED_SCRIPT)
+
+
+BY_BUS_ID_SCRIPT = """
+import json, sys, pynvml as nv
+nv.nvmlInit()
+out = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        out[name] = nv.nvmlDeviceGetIndex(nv.nvmlDeviceGetHandleByPciBusId(name))
+    except nv.NVMLError as exc:
+        out[name] = exc.value
+print(json.dumps(out))
+"""
+INVALID_ARGUMENT, NOT_FOUND = 2, 6
+
+
+def test_the_public_bus_id_lookup_parses_as_the_option_does(native: Path, tmp_path: Path):
+    """``nvmlDeviceGetHandleByPciBusId`` reads a bus id with the parser ``-i`` goes
+    through: the same spellings find the GPU, a well-formed id of no GPU is NOT_FOUND,
+    and a string that is no bus id (which the lookup used to read leniently) is
+    INVALID_ARGUMENT."""
+    state = state_of("h100", tmp_path)
+    config = write_config(tmp_path, state)
+    domain, bus, device, _ = location(state.gpus[3].nvml_bus_id)
+    found = [f"{domain:08X}:{bus:02X}:{device:02X}.0", f"{domain:04x}:{bus:02x}:{device:02x}.0",
+             f"{domain:x}:{bus:x}:{device:x}", f"{bus:02X}:{device:02X}.0"]
+    absent = [f"{domain:08X}:{bus:02X}:1F.0", f"{domain:08X}:{bus:02X}:{device:02X}.1"]
+    malformed = [f"{bus:02X}:{device:02X}", f"{bus:02X}:{device:02X}.0 ", "zz:00.0", "1:2",
+                 f"{domain:08X}:{bus:02X}:{device:02X}.0.0"]
+    got = run_script(native, config, BY_BUS_ID_SCRIPT, json.dumps(found + absent + malformed))
+    assert {name: got[name] for name in found} == dict.fromkeys(found, 3)
+    assert {name: got[name] for name in absent} == dict.fromkeys(absent, NOT_FOUND)
+    assert {name: got[name] for name in malformed} == dict.fromkeys(malformed, INVALID_ARGUMENT)
 
 
 def limits(smi: Path, native: Path, config: Path) -> list[tuple[str, str]]:

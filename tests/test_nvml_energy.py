@@ -2,9 +2,11 @@
 
 ``nvmlDeviceGetTotalEnergyConsumption`` and the field values 83 and 191 answer
 the profile's ``total_energy_consumption_mj`` plus the integral of the draw
-from the epoch (docs/workloads.md, "Energy").  Most tests pin the clock with
-MOCK_NVML_CLOCK_OVERRIDE, so the expected integral is exact; one reads the
-real clock and only busy-waits (bounded) until the counter moves.
+since the driver loaded: from the node's boot time (``btime`` of /proc/stat),
+or from the epoch when the clock is pinned before the boot (docs/workloads.md,
+"Energy").  Most tests pin the clock with MOCK_NVML_CLOCK_OVERRIDE, so the
+expected integral is exact; the real-clock ones only wait (bounded) for the
+counter to move.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from mokka.simulators.gpudriver.engine_config import render_engine_config
@@ -23,13 +27,31 @@ from mokka.state.compile import compile_profile
 from mokka.state.profile import read_profile_text
 from tests.nvml_support import nvml_env, write_config
 
-#: 2026-12-01T00:00:00Z: a multiple of every period below.
-T0 = 1_795_996_800.0
+
+def boot_time() -> int:
+    """The node's boot time, as the library reads it (``btime`` of /proc/stat); 0 if none."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1])
+    return 0
+
+
+#: The node's boot time: where the counter counts from (0: the epoch).
+BOOT = boot_time()
+#: A pinned instant some 15 minutes after the boot, a multiple of every period below.
+T0 = float((BOOT // 100 + 10) * 100)
 #: The h100 profile's idle draw and enforced limit (mW).
 IDLE_MW, LIMIT_MW = 68920, 700000
 #: What two readings may differ from the exact integral by (mJ): each
-#: answer is the integral rounded down, computed in doubles near 1e15.
+#: answer is F(t) - F(boot) rounded down, both computed in doubles near 1e15.
 TOLERANCE_MJ = 2
+
+
+
+@pytest.fixture
+def boot_time_known() -> None:
+    """Linux always shows ``btime``; without it these tests cannot say what they check."""
+    assert BOOT >= 10**6, "/proc/stat shows no boot time (btime): the counter's origin is unknown"
 
 #: ``python -c PROBE STEP...``: each step is ``t=<instant>`` (pins the clock),
 #: ``write=<path>=<source>`` (copies a file into place), ``rm=<path>`` or
@@ -97,6 +119,14 @@ def ramp_energy(a_w: float, b_w: float, period: float, t: float) -> float:
     return (whole * per_period + partial) * 1000
 
 
+def burst_energy(t: float) -> float:
+    """mJ from the epoch to t of the utilization burst below: each 10 s period
+    3 s at the limit, then 7 s idle."""
+    whole, s = divmod(t, 10)
+    return (whole * (3 * LIMIT_MW + 7 * IDLE_MW) + LIMIT_MW * min(s, 3)
+            + IDLE_MW * max(0.0, s - 3))
+
+
 def test_a_power_ramp_is_integrated_exactly(native: Path, node_root: Path,
                                             tmp_path: Path) -> None:
     ramp = {"power": {"pattern": "ramp", "from": 100, "to": 500, "period_s": 10}}
@@ -105,7 +135,9 @@ def test_a_power_ramp_is_integrated_exactly(native: Path, node_root: Path,
     instants = [T0 + 0.7 * i for i in range(30)]
     counters = [reading[0] for reading in run_probe(native, config, *at(*instants))]
     for t, counter in zip(instants, counters, strict=True):
-        assert abs(counter - ramp_energy(100, 500, 10, t)) <= TOLERANCE_MJ + 1e-15 * counter
+        # from the boot, the ramp in its phase from the epoch
+        exact = ramp_energy(100, 500, 10, t) - ramp_energy(100, 500, 10, BOOT)
+        assert abs(counter - exact) <= TOLERANCE_MJ
     for (t1, e1), (t2, e2) in itertools.pairwise(zip(instants, counters, strict=True)):
         exact = ramp_energy(100, 500, 10, t2) - ramp_energy(100, 500, 10, t1)
         assert abs((e2 - e1) - exact) <= TOLERANCE_MJ
@@ -138,7 +170,7 @@ def test_a_capped_ramp_and_a_utilization_burst_follow_the_draw(native: Path, nod
     assert abs((e[2] - e[0]) - (3 * LIMIT_MW + 7 * IDLE_MW)) <= TOLERANCE_MJ
     assert abs((e[3] - e[2]) - (3 * LIMIT_MW + 7 * IDLE_MW + 3 * LIMIT_MW + 2 * IDLE_MW)
                ) <= TOLERANCE_MJ
-    assert abs(e[0] - (T0 / 10) * (3 * LIMIT_MW + 7 * IDLE_MW)) <= TOLERANCE_MJ + 1e-15 * e[0]
+    assert abs(e[0] - (burst_energy(T0) - burst_energy(BOOT))) <= TOLERANCE_MJ
 
 
 def test_noise_accrues_at_the_mean_draw_of_its_values(native: Path, node_root: Path,
@@ -150,7 +182,7 @@ def test_noise_accrues_at_the_mean_draw_of_its_values(native: Path, node_root: P
     mean_mw = ((700**2 - 200**2) / 2 + 700 * 300) / 800 * 1000
     e1, e2 = (reading[0] for reading in run_probe(native, config, *at(T0, T0 + 60)))
     assert abs((e2 - e1) - 60 * mean_mw) <= TOLERANCE_MJ
-    assert abs(e1 - T0 * mean_mw) <= TOLERANCE_MJ + 1e-15 * e1
+    assert abs(e1 - (T0 - BOOT) * mean_mw) <= TOLERANCE_MJ
 
 
 def test_two_processes_reading_the_same_instants_agree(native: Path, node_root: Path,
@@ -159,11 +191,18 @@ def test_two_processes_reading_the_same_instants_agree(native: Path, node_root: 
              "utilization": {"pattern": "noise", "mean": 50, "amplitude": 50, "seed": 7}}
     config = write_config(node_root, compile_profile(profile_with(tmp_path, noisy),
                                                      node_name="node-a"))
-    steps = at(*(T0 + 0.37 * i for i in range(25)))
-    first, second = run_probe(native, config, *steps), run_probe(native, config, *steps)
+    instants = [T0 + 0.37 * i for i in range(25)]
+    first, second = run_probe(native, config, *at(*instants)), run_probe(native, config,
+                                                                        *at(*instants))
     assert first == second
     for earlier, later in itertools.pairwise(first):
         assert all(b > a for a, b in zip(earlier, later, strict=True))
+    # a process that starts reading later is on the same course: the origin
+    # does not depend on when a process started
+    assert run_probe(native, config, *at(*instants[10:])) == first[10:]
+    # the utilization's values are uniform over 0..100 %: the mean draw is
+    # halfway between idle and the limit
+    assert abs(first[0][0] - (T0 - BOOT) * (IDLE_MW + LIMIT_MW) / 2) <= TOLERANCE_MJ
 
 
 def test_the_counter_carries_on_when_holders_come_and_go(native: Path, node_root: Path,
@@ -184,14 +223,14 @@ def test_the_counter_carries_on_when_holders_come_and_go(native: Path, node_root
     # stat the files at every call, so each step's file is in force at the next read
     e = [reading[0] for reading in run_probe(native, config, *steps,
                                              MOCK_NVML_RECHECK_INTERVAL_MS="0")]
-    assert e[0] == IDLE_MW * T0  # a fresh process: the shared course
+    assert e[0] == IDLE_MW * (T0 - BOOT)  # a fresh process: the shared course
     # the interval in which the file changed counts at the draw before it
     expected = [0, 10 * IDLE_MW, 20 * IDLE_MW, 20 * IDLE_MW + 10 * LIMIT_MW,
                 20 * IDLE_MW + 20 * LIMIT_MW, 30 * IDLE_MW + 20 * LIMIT_MW]
     for counter, gained in zip(e, expected, strict=True):
         assert abs(counter - e[0] - gained) <= TOLERANCE_MJ
     # a process started now follows the shared course again (the documented rule)
-    assert run_probe(native, config, *at(t[5])) == [[int(IDLE_MW * t[5])] * 8]
+    assert run_probe(native, config, *at(t[5])) == [[int(IDLE_MW * (t[5] - BOOT))] * 8]
 
 
 def test_a_reload_that_changes_the_draw_never_goes_back(native: Path, node_root: Path,
@@ -238,33 +277,85 @@ def test_answers_kept_for_a_tick_are_the_ones_the_counter_gives(native: Path, no
     assert kept[2][0] > kept[0][0]
 
 
+@pytest.mark.usefixtures("boot_time_known")
+def test_a_pinned_clock_counts_from_the_boot_or_before_it_from_the_epoch(
+        native: Path, node_root: Path) -> None:
+    """The documented rule: the boot time when it is not after the instant read,
+    else the epoch; a process whose clock crosses the boot carries on."""
+    config = write_config(node_root, compile_profile("h100", node_name="node-a"))
+    before, after = float(BOOT - 100_000), float(BOOT + 1000)
+    # fresh processes: a function of the instant alone
+    assert run_probe(native, config, *at(before)) == [[IDLE_MW * (BOOT - 100_000)] * 8]
+    assert run_probe(native, config, *at(float(BOOT))) == [[0] * 8]
+    assert run_probe(native, config, *at(after)) == [[IDLE_MW * 1000] * 8]
+    # one process across the boot: no jump back to the boot's count, on at the draw
+    e = [reading[0] for reading in run_probe(native, config, *at(BOOT - 10.0, BOOT + 10.0,
+                                                                 after))]
+    assert e[0] == IDLE_MW * (BOOT - 10)
+    assert e[1] - e[0] == 20 * IDLE_MW
+    assert e[2] - e[1] == (1000 - 10) * IDLE_MW
+    # and back before it and forward again: never backwards
+    e = [reading[0] for reading in run_probe(native, config, *at(after, before, BOOT + 5.0,
+                                                                 after + 60))]
+    assert e[0] == IDLE_MW * 1000
+    assert e == sorted(e)
+
+
+#: Reads device 0's counter on the real clock, bracketed by the precise clock:
+#: once, again as soon as it moves (busy-waiting at most 2 s), and once more
+#: after half a second.
 REAL_CLOCK = r"""
 import json, time
 import pynvml as nv
 nv.nvmlInit()
 h = nv.nvmlDeviceGetHandleByIndex(0)
-before = time.time()
-first = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-after = time.time()
+
+def read():
+    before = time.time()
+    counter = nv.nvmlDeviceGetTotalEnergyConsumption(h)
+    return [before, counter, time.time()]
+
+first = read()
 deadline = time.monotonic() + 2
 second = first
-while second == first and time.monotonic() < deadline:
-    second = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-print(json.dumps([before, first, after, second, time.time()]))
+while second[1] == first[1] and time.monotonic() < deadline:
+    second = read()
+time.sleep(0.5)
+third = read()
+print(json.dumps([first, second, third]))
 """
 
+#: How far the library's clock (CLOCK_REALTIME_COARSE, as of the kernel's
+#: last tick) may lag the precise one (s).
+COARSE_LAG_S = 0.05
 
-def test_on_the_real_clock_the_counter_climbs_at_the_draw(native: Path, node_root: Path) -> None:
+
+@pytest.mark.usefixtures("boot_time_known")
+def test_on_the_real_clock_the_counter_counts_from_the_boot(native: Path,
+                                                            node_root: Path) -> None:
+    """An idle H100 reads its draw times the time since boot (about 4e9 mJ a
+    day), not times the time since 1970 (about 1.2e14 mJ); two processes are
+    on that one course, and it climbs at the draw."""
     config = write_config(node_root, compile_profile("h100", node_name="node-a"))
     children = [subprocess.Popen([sys.executable, "-c", REAL_CLOCK],
                                  env=nvml_env(native, config), stdout=subprocess.PIPE, text=True)
                 for _ in range(2)]
-    for child in children:
-        out, _ = child.communicate(timeout=60)
-        assert child.returncode == 0
-        before, first, after, second, end = json.loads(out)
-        assert second > first
-        # both processes follow one course: the idle draw times the wall clock,
-        # as of the kernel's last tick (a few ms behind the precise clock)
-        assert before - 0.05 <= first / IDLE_MW <= after
-        assert first / IDLE_MW <= second / IDLE_MW <= end
+    try:
+        outs = [child.communicate(timeout=60)[0] for child in children]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait(timeout=10)
+    assert [child.returncode for child in children] == [0, 0]
+    assert time.time() > BOOT
+    for out in outs:
+        readings = json.loads(out)
+        for before, counter, after in readings:
+            # the instant the counter stands for, on the course from the boot
+            # (the same course in both processes)
+            assert before - COARSE_LAG_S <= BOOT + counter / IDLE_MW <= after
+            assert counter < IDLE_MW * before / 2  # far below the draw since 1970
+        (b1, e1, a1), (_, e2, _), (b3, e3, a3) = readings
+        assert e1 < e2 <= e3
+        # at the draw: what it drew between the reads, within the clocks' slack
+        assert IDLE_MW * (b3 - a1 - COARSE_LAG_S) <= e3 - e1 <= IDLE_MW * (a3 - b1 + COARSE_LAG_S)

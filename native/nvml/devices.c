@@ -61,15 +61,32 @@ void mock_compute_visibility(struct mock_config *cfg)
     }
 }
 
+int mock_parse_bus_id(const char *bus_id, unsigned *domain, unsigned *bus, unsigned *slot,
+                      unsigned *function)
+{
+    /* NVIDIA's three formats (libnvidia-ml 535), each ending in %c so that
+     * nothing may follow: "%x:%x:%x.%x", then "%x:%x:%x" (function 0), then
+     * "%x:%x.%x" (domain 0).  So 00000000:64:00.0, 0000:64:00.0, 0:64:0.0,
+     * 0:64:0 and 64:00.0 parse, any case; 64:00 or a trailing character do not. */
+    char trailing;
+    if (sscanf(bus_id, "%x:%x:%x.%x%c", domain, bus, slot, function, &trailing) == 4)
+        return 1;
+    if (sscanf(bus_id, "%x:%x:%x%c", domain, bus, slot, &trailing) == 3) {
+        *function = 0;
+        return 1;
+    }
+    if (sscanf(bus_id, "%x:%x.%x%c", bus, slot, function, &trailing) == 3) {
+        *domain = 0;
+        return 1;
+    }
+    return 0;
+}
+
 int mock_find_bus_id(const struct mock_config *cfg, const char *bus_id, unsigned *pos)
 {
-    unsigned domain, bus, slot, function = 0;
-    /* Accept "DDDDDDDD:BB:SS.F", "DDDD:BB:SS.F" and "BB:SS.F", any case. */
-    if (sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) < 3) {
-        domain = 0;
-        if (sscanf(bus_id, "%x:%x.%x", &bus, &slot, &function) < 2)
-            return 0;
-    }
+    unsigned domain, bus, slot, function;
+    if (!mock_parse_bus_id(bus_id, &domain, &bus, &slot, &function))
+        return 0;
     for (unsigned i = 0; i < cfg->visible_count; i++) {
         unsigned p = cfg->visible[i], d, b, s, f;
         if (mock_dev_uint(cfg, p, "pci.domain", &d) && mock_dev_uint(cfg, p, "pci.bus", &b) &&
@@ -169,9 +186,11 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvm
     struct mock_config *cfg = mock_acquire();
     if (cfg == NULL)
         return NVML_ERROR_UNINITIALIZED;
-    unsigned pos;
+    unsigned pos, domain, bus, slot, function;
     nvmlReturn_t r = NVML_ERROR_NOT_FOUND;
-    if (mock_find_bus_id(cfg, pciBusId, &pos)) {
+    if (!mock_parse_bus_id(pciBusId, &domain, &bus, &slot, &function)) {
+        r = NVML_ERROR_INVALID_ARGUMENT; /* no bus id at all, as NVIDIA's parser says */
+    } else if (mock_find_bus_id(cfg, pciBusId, &pos)) {
         *device = mock_handle(pos);
         r = NVML_SUCCESS;
     }

@@ -9,24 +9,36 @@
  * as the readings do (readings.c).
  *
  * The counter (mJ) is the profile's `total_energy_consumption_mj`
- * plus the integral of the power draw from a fixed origin, the epoch of the
- * shared clock, as if the board had drawn what it draws now all along.
- * That integral has a closed form for every draw: a constant (an idle or a
- * held board, an override) times t; a steady, ramp or burst pattern whole
- * periods (they start at the epoch) plus the part of the current one,
- * integrated exactly (the draw is linear between known points); a noise
- * pattern at the draw's mean over its values (the mean rate: a meter
- * averages noise out).  So every process reading at the same instant
- * agrees, and the counter climbs at the draw's rate.
+ * plus the integral of the power draw since the driver loaded, as NVML
+ * documents it ("since the driver was last reloaded"): from the node's boot
+ * time (`btime` of /proc/stat, firmware.c's mock_boot_time), as if the
+ * board had drawn what it draws now all along.  That integral is
+ * F(t) - F(origin), F the closed form of the integral from the epoch of the
+ * shared clock, which every draw has: a constant (an idle or a held board,
+ * an override) times t; a steady, ramp or burst pattern whole periods (they
+ * start at the epoch, so they keep their phase whatever the origin) plus the
+ * part of the current one, integrated exactly (the draw is linear between
+ * known points); a noise pattern at the draw's mean over its values (the
+ * mean rate: a meter averages noise out).  So every process reading at the
+ * same instant agrees, and the counter climbs at the draw's rate.
+ *
+ * The origin is the boot time when /proc/stat has one and it is not after
+ * the instant read; else the epoch (t = 0): only a clock pinned before the
+ * boot (MOCK_NVML_CLOCK_OVERRIDE; the boot time stays the real one, as the
+ * black box's flush has it) or a /proc/stat without `btime` gets there.
+ * Either way the origin is a function of the instant and the node alone,
+ * not of when a process started, so every process agrees; and it is part
+ * of the model, so a process whose pinned clock crosses the boot time
+ * carries its counter on as at any other change of model (below).
  *
  * When the draw's model changes (holders come or go, a reload changes the
- * power, the pattern or the profile's counter), the new closed form would
- * jump.  A running process instead carries its counter on from where the
- * old model had it at that read, at the new rate: it never goes backwards
- * (nor jumps), and never does within a process whatever the clock does.
- * Such a process then differs from one started later by a constant; with
- * no change of model (a pattern running, a reload of other fields) every
- * process agrees.
+ * power, the pattern or the profile's counter, a pinned clock crosses the
+ * boot time), the new closed form would jump.  A running process instead
+ * carries its counter on from where the old model had it at that read, at
+ * the new rate: it never goes backwards (nor jumps), and never does within
+ * a process whatever the clock does.  Such a process then differs from one
+ * started later by a constant; with no change of model (a pattern running,
+ * a reload of other fields) every process agrees.
  */
 #include <limits.h>
 #include <math.h>
@@ -43,7 +55,17 @@ struct draw_model {
     int watts;          /* p is the power's, else the utilization's */
     int has_limit;
     double constant_mw, idle_mw, limit_mw, base_mj;
+    double origin;      /* s since the epoch the counter counts from (energy_origin) */
 };
+
+/* Where the counter counts from at time t: the node's boot time (the driver
+ * loads at boot), or the epoch when the boot time is unknown or after t (a
+ * clock pinned before the boot).  The same for every process at t. */
+static double energy_origin(double t)
+{
+    double boot = (double)mock_boot_time();
+    return boot > 0 && boot <= t ? boot : 0;
+}
 
 static void draw_model_of(const struct mock_board *b, const struct mock_load *load,
                           struct draw_model *m)
@@ -108,25 +130,32 @@ static double period_energy(const struct draw_model *m, double s)
     return p->period / (p->b - p->a) * draw_integral(m, p->a, p->a + (p->b - p->a) * s / p->period);
 }
 
-/* mJ drawn from the epoch to t under the model (the counter's course). */
-static double draw_energy(const struct draw_model *m, double t)
+/* mJ drawn from the epoch to t under the model (F, the closed form). */
+static double epoch_energy(const struct draw_model *m, double t)
 {
     const struct pattern *p = &m->p;
     switch (p->kind) {
-    case PATTERN_STEADY: return m->base_mj + model_draw(m, p->a) * t;
+    case PATTERN_STEADY: return model_draw(m, p->a) * t;
     case PATTERN_NOISE: {
         double rate = p->b > 0 ? draw_integral(m, p->a - p->b, p->a + p->b) / (2 * p->b)
                                : model_draw(m, p->a);
-        return m->base_mj + rate * t;
+        return rate * t;
     }
     case PATTERN_RAMP:
     case PATTERN_BURST: {
         /* the phase pattern_value uses, and the whole periods before it */
         double s = fmod(t, p->period), periods = nearbyint((t - s) / p->period);
-        return m->base_mj + periods * period_energy(m, p->period) + period_energy(m, s);
+        return periods * period_energy(m, p->period) + period_energy(m, s);
     }
-    default: return m->base_mj + m->constant_mw * t;
+    default: return m->constant_mw * t;
     }
+}
+
+/* The counter's course under the model at t: the profile's base plus what
+ * was drawn from the model's origin to t. */
+static double draw_energy(const struct draw_model *m, double t)
+{
+    return m->base_mj + (epoch_energy(m, t) - epoch_energy(m, m->origin));
 }
 
 /* Each device's counter in this process: the model it follows, and the
@@ -167,7 +196,9 @@ int mock_energy_mj(const struct mock_config *cfg, unsigned pos, unsigned long lo
         return 1;
     struct draw_model m;
     draw_model_of(b, &load, &m);
-    double t = instant_seconds(&now), course = draw_energy(&m, t);
+    double t = instant_seconds(&now);
+    m.origin = energy_origin(t);
+    double course = draw_energy(&m, t);
     pthread_mutex_lock(&g_energy_lock);
     __typeof__(g_energy[0]) *e = &g_energy[pos];
     if (!e->started) {

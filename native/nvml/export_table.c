@@ -77,13 +77,9 @@ static const unsigned char SMI_TABLE_GUID[16] = {
 /* Slot 12: (busId, &domain, &bus, &device, &function) -> SUCCESS, or
  * INVALID_ARGUMENT for a string that is no PCI bus id.  `-i` hands every id
  * with a ':' to it; a failure prints "Invalid PCI bus id format. Try format
- * [domain:]bus:device.function".  NVIDIA's parser (libnvidia-ml 535) tries
- * three sscanf formats in turn, each ending in %c so that nothing may
- * follow: "%x:%x:%x.%x", then "%x:%x:%x" (function 0), then "%x:%x.%x"
- * (domain 0).  The same formats here accept and refuse the same strings:
- * 00000000:64:00.0, 0000:64:00.0, 0:64:0.0, 0:64:0 and 64:00.0 parse,
- * 64:00 or a trailing character do not.  Whether a GPU sits there is
- * slot 75's part: an id no GPU has is no format error. */
+ * [domain:]bus:device.function".  The parser is the one every bus id
+ * lookup uses (mock_parse_bus_id: NVIDIA's three formats).  Whether a GPU
+ * sits there is slot 75's part: an id no GPU has is no format error. */
 static int parse_bus_id(const char *bus_id, unsigned int *domain, unsigned int *bus,
                         unsigned int *device, unsigned int *function)
 {
@@ -92,18 +88,8 @@ static int parse_bus_id(const char *bus_id, unsigned int *domain, unsigned int *
         return r;
     if (bus_id == NULL || domain == NULL || bus == NULL || device == NULL || function == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    char trailing;
-    if (sscanf(bus_id, "%x:%x:%x.%x%c", domain, bus, device, function, &trailing) == 4)
-        return NVML_SUCCESS;
-    if (sscanf(bus_id, "%x:%x:%x%c", domain, bus, device, &trailing) == 3) {
-        *function = 0;
-        return NVML_SUCCESS;
-    }
-    if (sscanf(bus_id, "%x:%x.%x%c", bus, device, function, &trailing) == 3) {
-        *domain = 0;
-        return NVML_SUCCESS;
-    }
-    return NVML_ERROR_INVALID_ARGUMENT;
+    return mock_parse_bus_id(bus_id, domain, bus, device, function) ? NVML_SUCCESS
+                                                                     : NVML_ERROR_INVALID_ARGUMENT;
 }
 
 /* Slot 75: (index, &domain, &bus, &device), where the GPU of that index

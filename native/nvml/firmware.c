@@ -4,7 +4,7 @@
  *
  * Apart from devices.c because these are guarded calls (a lost GPU fails
  * them) and the black box's flush keeps state of its own: the node's boot
- * time, read once per process.
+ * time, read once per process (the energy counter's origin too, energy.c).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -47,8 +47,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInfor
 }
 
 /* The node's boot time (seconds since the epoch, `btime` of /proc/stat):
- * the driver loads at boot, and the black box's flush is timed from there.
- * Read once per process; 0 when /proc/stat has no boot time. */
+ * the driver loads at boot, and the black box's flush is timed from there,
+ * as is the energy counter (energy.c).  Read once per process; 0 when
+ * /proc/stat has no boot time.  The real boot time even when the clock is
+ * pinned (MOCK_NVML_CLOCK_OVERRIDE moves "now", never the boot). */
 static unsigned long long g_boot_time;
 static pthread_once_t g_boot_time_once = PTHREAD_ONCE_INIT;
 
@@ -66,6 +68,12 @@ static void read_boot_time(void)
         }
     }
     fclose(f);
+}
+
+unsigned long long mock_boot_time(void)
+{
+    pthread_once(&g_boot_time_once, read_boot_time);
+    return g_boot_time;
 }
 
 /* The InfoROM black box (BBX) is flushed once after the driver loads, so
@@ -93,12 +101,12 @@ static int read_bbx_flush(const struct mock_config *cfg, unsigned pos, void *out
         mock_debug("LastBBXFlushTime: device %u: inforom.bbx_flush_* out of range", pos);
         return 0;
     }
-    pthread_once(&g_boot_time_once, read_boot_time);
-    if (g_boot_time == 0) {
+    unsigned long long boot = mock_boot_time();
+    if (boot == 0) {
         mock_debug("LastBBXFlushTime: /proc/stat has no boot time");
         return 0;
     }
-    unsigned long long at_ms = g_boot_time * 1000ULL + after_boot_ms;
+    unsigned long long at_ms = boot * 1000ULL + after_boot_ms;
     flush->ready = mock_reading_time() * 1000.0 >= (double)at_ms;
     flush->timestamp_us = at_ms * 1000ULL;
     flush->duration_us = (unsigned long)duration_us;

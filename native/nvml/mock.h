@@ -365,6 +365,14 @@ enum mock_guard {
     MOCK_GUARDED = 1,  /* subject to failure injection */
 };
 
+/* ---------------------------------------------------------- firmware.c */
+
+/* The node's boot time, seconds since the epoch (`btime` of /proc/stat,
+ * read once per process; the real one even under a pinned clock), or 0
+ * when /proc/stat has none.  The driver loads at boot: the black box's
+ * flush and the energy counter (energy.c) count from it. */
+unsigned long long mock_boot_time(void);
+
 /* -------------------------------------------------------------- call.c */
 
 /* Starts a device call: checks init, validates the handle, applies failure
@@ -436,8 +444,13 @@ static inline nvmlEnableState_t mock_enable_state(int on)
 {
     return on ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
 }
-/* Position of the device whose NVML bus id matches (any case, 4- or
- * 8-digit domain); returns 1 when found. */
+/* 1 with the parts of a PCI bus id in one of NVIDIA's spellings
+ * (DDDDDDDD:BB:SS.F, DDDD:BB:SS.F, D:B:S with function 0, BB:SS.F with
+ * domain 0; nothing may follow), else 0. */
+int mock_parse_bus_id(const char *bus_id, unsigned *domain, unsigned *bus, unsigned *slot,
+                      unsigned *function);
+/* Position of the device whose NVML bus id matches (mock_parse_bus_id's
+ * spellings); returns 1 when found. */
 int mock_find_bus_id(const struct mock_config *cfg, const char *bus_id, unsigned *pos);
 
 /* ----------------------------------------------------------- failure.c */
