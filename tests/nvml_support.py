@@ -38,6 +38,19 @@ def node_path(root: Path, node_path: str) -> Path:
     return root / node_path.lstrip("/")
 
 
+def state_with_overrides(profile: str, where: Path, *ctl_calls: list[str]) -> State:
+    """``profile`` compiled with the overrides file the ``mokka ctl`` calls (verb and
+    arguments each) write under ``where``."""
+    from mokka import ctl
+    from mokka.state.compile import compile_profile
+
+    overrides = where / "overrides.yaml"
+    for verb, *rest in ctl_calls:
+        assert ctl.main([verb, "--file", str(overrides), *rest]) == 0
+    used = overrides if overrides.exists() else None
+    return compile_profile(profile, node_name="worker-1", overrides=used)
+
+
 def write_config(root: Path, state: State) -> Path:
     """Render ``state`` to the engine config's node path under ``root``."""
     path = node_path(root, layout.ENGINE_CONFIG)

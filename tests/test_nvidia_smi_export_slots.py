@@ -25,10 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from mokka import ctl
-from mokka.state.compile import compile_profile
-from mokka.state.model import State
-from tests.nvml_support import run_script, run_smi, write_config
+from tests.nvml_support import run_script, run_smi, state_with_overrides, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(300)]
 
@@ -44,13 +41,6 @@ BUS_ID = re.compile(r"^([0-9A-F]{8}):([0-9A-F]{2}):([0-9A-F]{2})\.([0-9A-F])$")
 H100_CAPTURE_LIMIT = "700.00 W"
 
 
-def state_of(profile: str, tmp_path: Path, *ctl_calls: list[str]) -> State:
-    """The profile compiled with the overrides ``mokka ctl`` calls write."""
-    overrides = tmp_path / "overrides.yaml"
-    for verb, *rest in ctl_calls:
-        assert ctl.main([verb, "--file", str(overrides), *rest]) == 0
-    used = overrides if overrides.exists() else None
-    return compile_profile(profile, node_name="worker-1", overrides=used)
 
 
 def location(bus_id: str) -> tuple[int, int, int, int]:
@@ -84,7 +74,7 @@ def query(smi: Path, native: Path, config: Path, gpu_id: str) -> subprocess.Comp
 @pytest.mark.parametrize("profile", ["h100", "gb200"])
 def test_each_bus_id_spelling_selects_its_gpu(native: Path, smi: Path, tmp_path: Path,
                                               profile: str):
-    state = state_of(profile, tmp_path)
+    state = state_with_overrides(profile, tmp_path)
     config = write_config(tmp_path, state)
     for index, gpu in enumerate(state.gpus):
         for name in spellings(gpu.nvml_bus_id):
@@ -94,7 +84,7 @@ def test_each_bus_id_spelling_selects_its_gpu(native: Path, smi: Path, tmp_path:
 
 
 def test_long_report_by_bus_id(native: Path, smi: Path, tmp_path: Path):
-    state = state_of("h100", tmp_path)
+    state = state_with_overrides("h100", tmp_path)
     gpu = state.gpus[3]
     domain, bus, device, _ = location(gpu.nvml_bus_id)
     result = run_smi(smi, native, write_config(tmp_path, state), "-q", "-i",
@@ -108,7 +98,7 @@ def test_long_report_by_bus_id(native: Path, smi: Path, tmp_path: Path):
 @pytest.mark.parametrize("profile", ["h100", "gb200"])
 def test_a_well_formed_bus_id_no_gpu_has_is_an_unknown_gpu(native: Path, smi: Path,
                                                            tmp_path: Path, profile: str):
-    state = state_of(profile, tmp_path)
+    state = state_with_overrides(profile, tmp_path)
     config = write_config(tmp_path, state)
     unknown = query(smi, native, config, UNKNOWN_UUID)
     assert (unknown.returncode, unknown.stdout.strip()) == (6, NO_DEVICES)
@@ -130,7 +120,7 @@ def test_a_well_formed_bus_id_no_gpu_has_is_an_unknown_gpu(native: Path, smi: Pa
 
 
 def test_a_malformed_bus_id_is_a_format_error(native: Path, smi: Path, tmp_path: Path):
-    config = write_config(tmp_path, state_of("h100", tmp_path))
+    config = write_config(tmp_path, state_with_overrides("h100", tmp_path))
     # bus:device without a function, a non-hex digit, too few parts, a
     # trailing character, one part too many.
     for name in ("53:00", "zz:00.0", "1:2", "0000:53:00.0 ", "0000:53:00.0.0"):
@@ -171,7 +161,7 @@ def test_the_public_bus_id_lookup_parses_as_the_option_does(native: Path, tmp_pa
     through: the same spellings find the GPU, a well-formed id of no GPU is NOT_FOUND,
     and a string that is no bus id (which the lookup used to read leniently) is
     INVALID_ARGUMENT."""
-    state = state_of("h100", tmp_path)
+    state = state_with_overrides("h100", tmp_path)
     config = write_config(tmp_path, state)
     domain, bus, device, _ = location(state.gpus[3].nvml_bus_id)
     found = [f"{domain:08X}:{bus:02X}:{device:02X}.0", f"{domain:04x}:{bus:02x}:{device:02x}.0",
@@ -201,7 +191,7 @@ def test_enforced_power_limit_is_the_public_getters(native: Path, smi: Path, tmp
     ):
         where = tmp_path / case
         where.mkdir()
-        state = state_of(profile, where, *calls)
+        state = state_with_overrides(profile, where, *calls)
         config = write_config(where, state)
         expected = [gpu.fields["power"]["enforced_limit_mw"] for gpu in state.gpus]
         if case == "override":

@@ -29,10 +29,8 @@ from typing import Any
 import attrs
 import pytest
 
-from mokka import ctl
-from mokka.state.compile import compile_profile
 from mokka.state.model import Failure, State
-from tests.nvml_support import load_target, run_script, run_smi, write_config
+from tests.nvml_support import load_target, run_script, run_smi, state_with_overrides, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -123,13 +121,6 @@ def child(native: Path, config: Path, command: str, index: int = 0) -> Any:
                       json.dumps(REMAPPED), str(index))
 
 
-def state_of(profile: str, tmp_path: Path, *ctl_calls: list[str]) -> State:
-    """The profile compiled with ``mokka ctl`` overrides."""
-    overrides = tmp_path / "overrides.yaml"
-    for verb, *rest in ctl_calls:
-        assert ctl.main([verb, "--file", str(overrides), *rest]) == 0
-    used = overrides if overrides.exists() else None
-    return compile_profile(profile, node_name="worker-1", overrides=used)
 
 
 def with_gpu(state: State, index: int, **changes) -> State:
@@ -175,7 +166,7 @@ def test_perf_policy_fields_are_the_violation_times(
     native: Path, tmp_path: Path, profile: str, reasons: str | None
 ):
     calls = [["throttle", "--gpu", "0", "--reasons", reasons]] if reasons else []
-    state = state_of(profile, tmp_path, *calls)
+    state = state_with_overrides(profile, tmp_path, *calls)
     active = {r for r, on in state.gpus[0].fields["clocks_throttle_reasons"].items() if on}
     assert active == (set(reasons.split(",")) if reasons else {"gpu_idle"})
     got = child(native, write_config(tmp_path, state), "violation")
@@ -208,7 +199,7 @@ def remapped_rows(**rows: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("profile", ["h100", "gb200"])
 def test_remapped_rows_fields_are_the_getter_s(native: Path, tmp_path: Path, profile: str):
-    state = state_of(profile, tmp_path)
+    state = state_with_overrides(profile, tmp_path)
     # distinct figures per GPU, so no field can borrow another's
     for gpu in state.gpus:
         block = dict(gpu.fields["remapped_rows"])
@@ -245,7 +236,7 @@ def test_remapped_rows_fields_follow_the_getter_on_every_board(
 ):
     """Where the getter answers, the fields answer the same; where the board
     has no row remapper (T4), neither does."""
-    state = state_of(profile, tmp_path)
+    state = state_with_overrides(profile, tmp_path)
     got = child(native, write_config(tmp_path, state), "remapped")
     entries = got["fields"]["entries"]
     if "remapped_rows" not in state.gpus[0].fields:
@@ -257,7 +248,8 @@ def test_remapped_rows_fields_follow_the_getter_on_every_board(
 
 
 def test_a_gpu_fallen_off_the_bus_fails_them(native: Path, tmp_path: Path):
-    state = with_gpu(state_of("gb200", tmp_path), 2, failure=Failure(mode="fallen_off_bus"))
+    state = with_gpu(state_with_overrides("gb200", tmp_path), 2,
+                     failure=Failure(mode="fallen_off_bus"))
     got = child(native, write_config(tmp_path, state), "sequence", 2)
     getter, first, rows, again = got
     assert getter == rows == {"error": GPU_IS_LOST}
@@ -269,7 +261,8 @@ def test_a_gpu_fallen_off_the_bus_fails_them(native: Path, tmp_path: Path):
 def test_a_field_value_call_is_one_guarded_call(native: Path, tmp_path: Path):
     """`after_calls: 2`: a getter and one field value call (twelve fields)
     get through; the next getter and field value call find the GPU lost."""
-    state = with_gpu(state_of("h100", tmp_path), 0, failure=Failure(mode="lost", after_calls=2))
+    state = with_gpu(state_with_overrides("h100", tmp_path), 0,
+                     failure=Failure(mode="lost", after_calls=2))
     getter, first, rows, again = child(native, write_config(tmp_path, state), "sequence", 0)
     assert isinstance(getter, int)
     assert first["call"] == SUCCESS
@@ -288,7 +281,7 @@ def test_nvidia_smi_reports_the_remapped_rows_the_fields_give(
 ):
     """The real nvidia-smi 535 reads the getter (its report is the same
     before and after the fields answered); the fields agree with it."""
-    state = state_of(profile, tmp_path)
+    state = state_with_overrides(profile, tmp_path)
     block = remapped_rows(correctable=5, uncorrectable=1, pending=True)
     gpu = state.gpus[0]
     state = with_gpu(
