@@ -96,7 +96,11 @@ def test_fabric_health_override_does_not_invent_a_fabric(tmp_path: Path) -> None
     assert not a100.has_nvswitch
     h100 = compile_profile("h100", node_name="n", overrides=overrides)
     assert h100.gpus[0].fabric.state == "auto"
-    assert h100.gpus[0].fields["fabric"]["health"] == {"summary": "unhealthy"}
+    # merged over the profile's health (the H100 capture's: every field N/A)
+    assert h100.gpus[0].fields["fabric"]["health"] == {
+        "summary": "unhealthy", "bandwidth": "n/a", "route_recovery_in_progress": "n/a",
+        "route_unhealthy": "n/a", "access_timeout_recovery": "n/a",
+        "incorrect_configuration": "n/a"}
 
 
 def test_grace_board_in_a_clique_is_fabric_attached() -> None:

@@ -5,8 +5,11 @@
  * The fabric identity is the profile's, with this node's ComputeDomain
  * clique already folded in by the daemon; state `auto` follows the fabric
  * manager's readiness marker, so GPUs report IN_PROGRESS until the fabric
- * manager is up.  Apart from nvlink.c because it is the node's fabric
- * registration, not a link: it reads the marker file, not the link table.
+ * manager is up.  Once registered, the health (InfoV) is the profile's or
+ * an override's `fabric.health.*` words (`mokka ctl fabric-health`), each
+ * field defaulting to a healthy GB200's.  Apart from nvlink.c because it
+ * is the node's fabric registration, not a link: it reads the marker file,
+ * not the link table.
  */
 #include <stdio.h>
 #include <string.h>
@@ -91,6 +94,91 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device,
     return mock_read(device, fabric_of, gpuFabricInfo);
 }
 
+/* ------------------------------------------------------------------ health */
+
+/* What `fabric.health.<field>` may say (docs/nvml.md, Fabric): "n/a" is
+ * the field's NOT_SUPPORTED (0, what H100 boards report for every field).
+ * Anything else, or no key, leaves the field at its default. */
+static const struct mock_enum_name HEALTH_SUMMARIES[] = {
+    {"n/a", NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED},
+    {"healthy", NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY},
+    {"unhealthy", NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY},
+    {"limited_capacity", NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY},
+};
+static const struct mock_enum_name HEALTH_BANDWIDTHS[] = {
+    {"n/a", NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_NOT_SUPPORTED},
+    {"degraded", NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE},
+    {"full", NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE},
+};
+/* `true` is a configuration found wrong: the first reason nvml.h lists. */
+static const struct mock_enum_name HEALTH_CONFIGURATIONS[] = {
+    {"n/a", NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NOT_SUPPORTED},
+    {"false", NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE},
+    {"true", NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INCORRECT_SYSGUID},
+    {"incorrect_sysguid", NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INCORRECT_SYSGUID},
+    {"incorrect_chassis_sn",
+     NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INCORRECT_CHASSIS_SN},
+    {"no_partition", NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NO_PARTITION},
+    {"insufficient_nvlinks",
+     NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INSUFFICIENT_NVLINKS},
+};
+/* The three yes/no flags share one spelling: true (1), false (2), n/a (0). */
+static const struct mock_enum_name HEALTH_FLAGS[] = {
+    {"n/a", 0}, {"true", 1}, {"false", 2},
+};
+
+/* One field of the health: the engine config's word for it, else `fallback`. */
+static unsigned health_word(const struct mock_config *cfg, unsigned pos, const char *field,
+                            const struct mock_enum_name *table, size_t n, unsigned fallback)
+{
+    char key[64];
+    snprintf(key, sizeof key, "fabric.health.%s", field);
+    const char *word = mock_dev_get(cfg, pos, key);
+    unsigned value;
+    return word != NULL && mock_enum_lookup(word, table, n, &value) ? value : fallback;
+}
+
+struct fabric_v {
+    nvmlGpuFabricInfo_t f;
+    unsigned mask, summary;
+};
+
+/* A mock_reader: the identity (fabric_of), and once the fabric is
+ * registered its health: the profile's or an override's words
+ * (`mokka ctl fabric-health`), else healthy at full bandwidth with no
+ * recovery, as a registered GB200 reports.  Before registration every
+ * field is NOT_SUPPORTED, whatever the words say. */
+static int fabric_v_of(const struct mock_config *cfg, unsigned pos, void *out)
+{
+    struct fabric_v *v = out;
+    if (!fabric_of(cfg, pos, &v->f))
+        return 0;
+    v->mask = 0;
+    v->summary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+    if (v->f.state != NVML_GPU_FABRIC_STATE_COMPLETED)
+        return 1;
+    const unsigned no = 2; /* every flag's _FALSE */
+    v->mask = health_word(cfg, pos, "bandwidth", HEALTH_BANDWIDTHS,
+                          MOCK_COUNT(HEALTH_BANDWIDTHS),
+                          NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE)
+                  << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW |
+              health_word(cfg, pos, "route_recovery_in_progress", HEALTH_FLAGS,
+                          MOCK_COUNT(HEALTH_FLAGS), no)
+                  << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY |
+              health_word(cfg, pos, "route_unhealthy", HEALTH_FLAGS, MOCK_COUNT(HEALTH_FLAGS), no)
+                  << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY |
+              health_word(cfg, pos, "access_timeout_recovery", HEALTH_FLAGS,
+                          MOCK_COUNT(HEALTH_FLAGS), no)
+                  << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY |
+              health_word(cfg, pos, "incorrect_configuration", HEALTH_CONFIGURATIONS,
+                          MOCK_COUNT(HEALTH_CONFIGURATIONS),
+                          NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NOT_SUPPORTED)
+                  << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_INCORRECT_CONFIGURATION;
+    v->summary = health_word(cfg, pos, "summary", HEALTH_SUMMARIES, MOCK_COUNT(HEALTH_SUMMARIES),
+                             NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY);
+    return 1;
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
                                                   nvmlGpuFabricInfoV_t *gpuFabricInfo)
 {
@@ -99,28 +187,16 @@ MOCK_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device,
     unsigned version = gpuFabricInfo->version;
     if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    nvmlGpuFabricInfo_t f;
-    nvmlReturn_t r = mock_read(device, fabric_of, &f);
+    struct fabric_v v;
+    nvmlReturn_t r = mock_read(device, fabric_v_of, &v);
     if (r == NVML_SUCCESS) {
-        memcpy(gpuFabricInfo->clusterUuid, f.clusterUuid, sizeof f.clusterUuid);
-        gpuFabricInfo->status = f.status;
-        gpuFabricInfo->cliqueId = f.cliqueId;
-        gpuFabricInfo->state = f.state;
-        /* A registered fabric is healthy: full bandwidth, no recovery. */
-        int done = f.state == NVML_GPU_FABRIC_STATE_COMPLETED;
-        gpuFabricInfo->healthMask =
-            done ? (NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
-                    << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) |
-                       (NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_RECOVERY_FALSE
-                        << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY) |
-                       (NVML_GPU_FABRIC_HEALTH_MASK_ROUTE_UNHEALTHY_FALSE
-                        << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY) |
-                       (NVML_GPU_FABRIC_HEALTH_MASK_ACCESS_TIMEOUT_RECOVERY_FALSE
-                        << NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY)
-                 : 0;
+        memcpy(gpuFabricInfo->clusterUuid, v.f.clusterUuid, sizeof v.f.clusterUuid);
+        gpuFabricInfo->status = v.f.status;
+        gpuFabricInfo->cliqueId = v.f.cliqueId;
+        gpuFabricInfo->state = v.f.state;
+        gpuFabricInfo->healthMask = v.mask;
         if (version == nvmlGpuFabricInfo_v3)
-            gpuFabricInfo->healthSummary = done ? NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY
-                                                : NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+            gpuFabricInfo->healthSummary = v.summary;
     }
     return r;
 }
