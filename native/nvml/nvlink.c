@@ -158,7 +158,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigne
 }
 
 /* Fills the PCI info of a link's far end; NOT_SUPPORTED when it has none
- * on this node.  A wired switch link names its switch (wired_switch);
+ * on this node.  A wired switch link names its switch (nvlink_wiring.c);
  * any other link the `remote_bus_id` the engine config gives it. */
 static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t *pci, int full)
 {

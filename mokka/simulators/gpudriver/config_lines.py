@@ -45,10 +45,6 @@ _GOOD_SEGMENTS_LIMIT = 4096
 #: The leaf types of a profile document (YAML scalars), flattened as they are.
 _SCALARS = (str, int, float, bool)
 
-#: Characters a string value may not contain: the format is one line per key,
-#: and the C0 and C1 controls and DEL have no business in any NVML string (a
-#: YAML reader refuses the whole file over a C1 one).
-_CONTROL = CONTROL_RE
 
 def flatten(value: Any, *, where: str) -> list[tuple[str, Any]]:
     """Nested dicts/lists → ``(dotted key, scalar)``; lists get ``.count`` and ``.<i>``.
@@ -157,7 +153,9 @@ def _number(key: str, value: int) -> str:
 
 def _quoted(key: str, value: str) -> str:
     """A string value double-quoted, refused (naming ``key``) if the reader cannot take it."""
-    if _CONTROL.search(value):
+    # one line per key: no C0 or C1 control or DEL (a YAML reader refuses the
+    # whole file over a C1 one), and none has any business in an NVML string
+    if CONTROL_RE.search(value):
         raise SpecError(
             f"engine config: {key}: got {value!r}, expected a string without "
             "newlines or control characters"

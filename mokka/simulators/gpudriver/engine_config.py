@@ -12,8 +12,10 @@ subset of YAML, one ``dotted.key: value`` a line, chosen so that:
   mapping), which keeps it debuggable with ordinary tools.
 
 Everything the library needs is resolved here, not in C: canonical NVML bus
-ids, per-link NVLink remotes, NUMA node and CPU list, the fabric identity with
-this node's clique folded in, failure injection and the pending Xids.  The
+ids, per-link NVLink remotes (but for the NVSwitch ports, which the library
+derives from the switch list as the baseboard wires them), NUMA node and CPU
+list, the fabric identity with this node's clique folded in, failure
+injection and the pending Xids.  The
 function is pure: the gpudriver simulator stages its output atomically at
 ``mokka.layout.ENGINE_CONFIG``.
 
@@ -373,7 +375,7 @@ def _link_entries(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
     for 18 of them).  Links to the NVSwitches listed in ``nvlink.switch.*``
     carry no bus id: the library wires those itself, each GPU's links in
     blocks over the switches as the baseboard splits them, one peer per
-    switch port (``native/nvml/nvlink.c``, docs/nvml.md "NVLink").
+    switch port (``native/nvml/nvlink_wiring.c``, docs/nvml.md "NVLink").
     """
     nvlink = state.nvlink
     links = nvlink.links_per_gpu if nvlink is not None else 0

@@ -60,7 +60,8 @@ CLASS_OTHER_BRIDGE = 0x068000
 #: third-generation NVSwitch ``22a3``.  Later generations' ids are not
 #: public in pci.ids, so they fall back to ``22a3``.
 #: The mock NVML library reports the same ids for a link's remote switch
-#: (``nvswitch_pci_id`` in ``native/nvml/nvlink.c``; the wiring tests compare both).
+#: (``mock_nvswitch_pci_id`` in ``native/nvml/nvlink_wiring.c``; the wiring tests
+#: compare both).
 NVSWITCH_DEVICE_IDS: Mapping[str, int] = {"ampere": 0x1AF1, "hopper": 0x22A3}
 DEFAULT_NVSWITCH_DEVICE_ID = 0x22A3
 #: NVSwitch management link (not its NVLinks): a narrow PCIe link.
