@@ -83,7 +83,7 @@ RULES = [
      "overrides.yaml: all.xids[0].when: unknown key, expected one of: code, id"),
     ({"version": 1, "all": {"nvlink_errors": {"18": 1}}},
      "overrides.yaml: all.nvlink_errors.18: '18' is not a link number 0..17"),
-    ({"version": 1, "all": {"fabric": {"health": {"summary": "ok", "speed": 1}}}},
+    ({"version": 1, "all": {"fabric": {"health": {"summary": "healthy", "speed": 1}}}},
      "overrides.yaml: all.fabric.health.speed: unknown key, expected one of: "
      "access_timeout_recovery, bandwidth, incorrect_configuration, route_recovery_in_progress, "
      "route_unhealthy, summary"),
@@ -113,6 +113,12 @@ RULES = [
     ({"version": 1, "all": {"persistence_mode": "Enabled\r"}},
      "overrides.yaml: all.persistence_mode: 'Enabled\\r' holds a control character (a line "
      "break, tab, escape...), expected text on one line"),
+    # the library's words: a typo would be ignored there, not reported
+    ({"version": 1, "all": {"fabric": {"health": {"summary": "ok"}}}},
+     "overrides.yaml: all.fabric.health.summary: 'ok' is not one of: healthy, unhealthy, "
+     "limited_capacity, n/a"),
+    ({"version": 1, "all": {"fabric": {"health": {"route_unhealthy": 1}}}},
+     "overrides.yaml: all.fabric.health.route_unhealthy: 1 is not one of: true, false, n/a"),
     ({"version": 1, "all": {"fabric": {"clique_id": 2**32}}},
      "overrides.yaml: all.fabric.clique_id: 4294967296 is out of range, expected 0..4294967295"),
     ({"version": 1, "all": {"memory": {"total_bytes": 2**64}}},

@@ -277,6 +277,9 @@ RULES = [
      "line break, tab, escape...), expected text on one line"),
     ("devices[1].vbios_version", "9" * 4097,
      "h100.yaml: devices[1].vbios_version: is 4097 bytes long, expected at most 4096"),
+    ("devices[1].fabric", {"state": "completed", "health": {"bandwidth": "Degradd"}},
+     "h100.yaml: devices[1].fabric.health.bandwidth: 'Degradd' is not one of: full, degraded, "
+     "n/a"),
     ("devices[1].pcie", {"max_link_gen": 7},
      "h100.yaml: devices[1].pcie.max_link_gen: found 7, expected an integer 1..6"),
     ("devices[1].pcie", {"current_link_width": 3},

@@ -63,14 +63,53 @@ def check_pcie_link(p: Problems, path: str, value: Any) -> None:
             p.add(sub(path, key), problem)
 
 
+#: ``fabric.health``'s words, as the mock NVML library maps them into
+#: ``nvmlDeviceGetGpuFabricInfoV`` (``native/nvml/fabric.c``), any case; ``n/a``
+#: is a field's NOT_SUPPORTED.  A word outside these would be ignored there.
+_FLAG = (True, False, "n/a")
+FABRIC_HEALTH_WORDS: dict[str, tuple[str | bool, ...]] = {
+    "summary": ("healthy", "unhealthy", "limited_capacity", "n/a"),
+    "bandwidth": ("full", "degraded", "n/a"),
+    "route_recovery_in_progress": _FLAG,
+    "route_unhealthy": _FLAG,
+    "access_timeout_recovery": _FLAG,
+    "incorrect_configuration": (*_FLAG, "incorrect_sysguid", "incorrect_chassis_sn",
+                                "no_partition", "insufficient_nvlinks"),
+}
+
+
+def fabric_health_problem(key: str, value: Any) -> str | None:
+    """What is wrong with one ``fabric.health`` word, or ``None`` (also for other keys)."""
+    words = FABRIC_HEALTH_WORDS.get(key)
+    if words is None:
+        return None
+    word = value.lower() if isinstance(value, str) else value
+    # ``is`` for the booleans: ``1 == True`` to Python, not to the library
+    if any(word is w if isinstance(w, bool) else word == w for w in words):
+        return None
+    spelled = ", ".join(str(w).lower() for w in words)
+    return f"{checks.found(value)} is not one of: {spelled}"
+
+
+def check_fabric_health(p: Problems, path: str, value: Any) -> None:
+    """``fabric.health``: the words ``nvmlDeviceGetGpuFabricInfoV`` reports."""
+    health = checks.as_mapping(p, path, value)
+    if health is None:
+        return
+    checks.check_keys(p, path, health, FABRIC_HEALTH_WORDS)
+    for key, item in health.items():
+        if item is not None and (problem := fabric_health_problem(key, item)) is not None:
+            p.add(sub(path, key), problem)
+
+
 def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -> None:
     """``fabric``: the GPU's NVLink fabric identity (``cluster_uuid``, ``clique_id``, ``state``).
 
     ``partial``: the block may lack ``state``.  A profile's ``device_defaults``
     and device entries are checked one layer at a time, and the state may sit
     in the other layer; the profile parser checks the merged result for it.
-    Unknown keys pass: upstream profiles carry more fabric fields (health,
-    bandwidth) that reach the engine config untouched.
+    Unknown keys pass: upstream profiles carry more fabric fields that reach
+    the engine config untouched; ``health`` is the library's words.
     """
     fabric = checks.as_mapping(p, path, value)
     if fabric is None:
@@ -81,6 +120,8 @@ def check_fabric(p: Problems, path: str, value: Any, *, partial: bool = False) -
     if fabric.get("clique_id") is not None:
         # ``nvmlGpuFabricInfo_t.cliqueId`` is an unsigned int
         checks.as_int(p, sub(path, "clique_id"), fabric["clique_id"], lo=0, hi=checks.U32_MAX)
+    if fabric.get("health") is not None:
+        check_fabric_health(p, sub(path, "health"), fabric["health"])
     if fabric.get("state") is not None:
         checks.as_choice(p, sub(path, "state"), fabric["state"], FABRIC_STATES)
     elif not partial:

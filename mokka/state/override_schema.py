@@ -30,10 +30,12 @@ from typing import Any
 from mokka.state import checks
 from mokka.state.checks import Problems, sub
 from mokka.state.device_checks import (
+    FABRIC_HEALTH_WORDS,
     FABRIC_STATES,
     PCIE_LINK_VALUES,
     check_failure,
     check_xid_list,
+    fabric_health_problem,
     pcie_link_problem,
 )
 
@@ -76,6 +78,15 @@ def _count(p: Problems, path: str, v: Any) -> object:
 
 def _u32(p: Problems, path: str, v: Any) -> object:
     return checks.as_int(p, path, v, lo=0, hi=checks.U32_MAX)
+
+
+def _fabric_health_word(p: Problems, path: str, v: Any) -> object:
+    """One ``fabric.health`` word, as the profile allows (``device_checks``)."""
+    problem = fabric_health_problem(path.rpartition(".")[2], v)
+    if problem is not None:
+        p.add(path, problem)
+        return None
+    return v
 
 
 def _pcie_link(p: Problems, path: str, v: Any) -> object:
@@ -218,11 +229,7 @@ SCHEMA: dict[str, Any] = {
     # ``health`` is what ``nvmlDeviceGetGpuFabricInfoV`` reports beside it.
     "fabric": {
         "state": _fabric_state, "clique_id": _u32, "cluster_uuid": _uuid,
-        "health": {
-            "summary": _str, "bandwidth": _str, "route_recovery_in_progress": _bool,
-            "route_unhealthy": _bool, "access_timeout_recovery": _bool,
-            "incorrect_configuration": _bool,
-        },
+        "health": {k: _fabric_health_word for k in FABRIC_HEALTH_WORDS},
     },
     "failure": check_failure,
     "xids": check_xid_list,
