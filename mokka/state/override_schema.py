@@ -80,22 +80,23 @@ def _u32(p: Problems, path: str, v: Any) -> object:
     return checks.as_int(p, path, v, lo=0, hi=checks.U32_MAX)
 
 
-def _fabric_health_word(p: Problems, path: str, v: Any) -> object:
-    """One ``fabric.health`` word, as the profile allows (``device_checks``)."""
-    problem = fabric_health_problem(path.rpartition(".")[2], v)
-    if problem is not None:
-        p.add(path, problem)
-        return None
-    return v
+def _as_profile(problem_of: Callable[[str, Any], str | None]) -> Callable[..., object]:
+    """A leaf rule from a profile check that names what is wrong with a key's value
+    (``device_checks``): the same words refused in both files."""
+
+    def rule(p: Problems, path: str, v: Any) -> object:
+        problem = problem_of(path.rpartition(".")[2], v)
+        if problem is not None:
+            p.add(path, problem)
+            return None
+        return v
+
+    return rule
 
 
-def _pcie_link(p: Problems, path: str, v: Any) -> object:
-    """A link generation or width, as the profile allows (``device_checks``)."""
-    problem = pcie_link_problem(path.rpartition(".")[2], v)
-    if problem is not None:
-        p.add(path, problem)
-        return None
-    return v
+#: A ``fabric.health`` word; a link generation or width.
+_fabric_health_word = _as_profile(fabric_health_problem)
+_pcie_link = _as_profile(pcie_link_problem)
 
 
 def _pct(p: Problems, path: str, v: Any) -> object:
