@@ -13,6 +13,7 @@ import contextlib
 import os
 import stat
 import threading
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 import attrs
@@ -101,8 +102,12 @@ class WriteBatch:
             os.close(fd)
         return True
 
-    def commit(self) -> None:
+    def commit_steps(self) -> Generator[Callable[[], None], None, None]:
         """Make the batch's regular files durable, then rename each over its path.
+
+        Steps (``mokka.diskwaits``): the wait for the disk is yielded, with
+        the disk turn let go, for the converge's driver to make where it
+        wants; the renames follow once it returned.
 
         The durability argument (also in docs/operations.md, "Failure
         model"): a rename can reach the disk before the data of the file it
@@ -128,11 +133,7 @@ class WriteBatch:
             return
         self.disk_turn.release()
         try:
-            if len(self.pending) <= _FILE_SYNC_BATCH:
-                for tmp in self.pending.values():
-                    fsops.sync_file(tmp)
-            else:
-                fsops.sync_filesystem(self.root)
+            yield self._sync
         finally:
             self.disk_turn.acquire()
         while self.pending:
@@ -140,8 +141,16 @@ class WriteBatch:
             os.replace(tmp, real)
             del self.pending[real]
 
+    def _sync(self) -> None:
+        """Wait until every pending file's data is on disk (``commit_steps``)."""
+        if len(self.pending) <= _FILE_SYNC_BATCH:
+            for tmp in list(self.pending.values()):
+                fsops.sync_file(tmp)
+        else:
+            fsops.sync_filesystem(self.root)
+
     def abandon(self) -> None:
-        """Remove the temp files of a batch that failed before ``commit`` renamed them."""
+        """Remove the temp files of a batch that failed before ``commit_steps`` renamed them."""
         for tmp in self.pending.values():
             with contextlib.suppress(OSError):
                 fsops.unlink(tmp)

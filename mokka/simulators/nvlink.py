@@ -21,7 +21,6 @@ import argparse
 import logging
 
 import attrs
-import trio
 
 from mokka import layout
 from mokka.host import Artifact, File, Host
@@ -80,10 +79,10 @@ class NvlinkSimulator:
     )
 
     async def stage(self, host: Host, state: State) -> None:
-        """Converge the two copies onto ``state.topology`` (one thread hop)."""
+        """Converge the two copies onto ``state.topology``."""
         artifacts = topology_artifacts(state)
         try:
-            report = await trio.to_thread.run_sync(host.converge, OWNER, artifacts)
+            report = await host.converge_async(OWNER, artifacts)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"stage failed: {exc}")
             raise
@@ -109,7 +108,7 @@ class NvlinkSimulator:
 
     async def discard(self, host: Host) -> None:
         """Remove both copies (also ones an earlier process staged)."""
-        await trio.to_thread.run_sync(host.discard, OWNER)
+        await host.discard_async(OWNER)
         self._readiness = Readiness.not_ready("topology discarded")
 
     @property
