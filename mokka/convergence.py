@@ -111,7 +111,9 @@ class Convergence:
     _kept: dict[str, tuple] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
-        self.batch = WriteBatch(self.paths.root, self.disk_turn, self.degraded)
+        self.batch = WriteBatch(
+            self.paths.root, self.disk_turn, self.degraded, before_create=self.manifest.flush
+        )
 
     def resolve(self, path: str, *, follow_last: bool = False) -> Path:
         """A node path beneath the root, through this call's cache (``resolved``)."""
@@ -395,15 +397,20 @@ class Convergence:
                 pass
             return
         kind = _kind(art)
+        # A regular file's temp file is made at the batch's commit, which writes
+        # the records held till then first (one ``write`` for the batch's files).
+        # Not a record naming a backup made now: that file exists already.
+        held = kind == "file"
         if existing is not None and norm not in self.manifest.entries:
             backup = backups.save(
                 norm, Path(real), existing, self.backups_dir(), self.manifest.owner
             )
             self.manifest.note("add", norm, kind, backup=backup)
         elif norm not in self.manifest.entries:
-            self.manifest.note("add", norm, kind)
+            self.manifest.note("add", norm, kind, held=held)
         elif self.manifest.entries[norm] != kind:
-            self.manifest.note("add", norm, kind, backup=self.manifest.backups.get(norm, ""))
+            self.manifest.note("add", norm, kind, held=held,
+                               backup=self.manifest.backups.get(norm, ""))
         (self.updated if existing is not None else self.created).append(norm)
         if existing is not None and stat.S_ISDIR(existing.st_mode):
             # It cannot be renamed over; refused before a temp file exists.

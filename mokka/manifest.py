@@ -111,6 +111,8 @@ class Manifest:
     _journaled: bool = attrs.field(default=False, init=False, repr=False)
     #: Where ``load`` found the folded snapshot, and ``compact`` leaves the new one.
     _snapshots: FileMemo | None = attrs.field(default=None, init=False, repr=False)
+    #: Records noted ``held``: written with the next record, or by ``flush``.
+    _held: list[bytes] = attrs.field(factory=list, init=False, repr=False)
 
     @property
     def snapshot_path(self) -> Path:
@@ -220,13 +222,20 @@ class Manifest:
         for op, path, kind, backup in checked:
             self._remember(op, path, kind, backup)
 
-    def note(self, op: str, path: str, kind: str = "", backup: str = "") -> None:
+    def note(
+        self, op: str, path: str, kind: str = "", backup: str = "", *, held: bool = False
+    ) -> None:
         """Record ``op`` on ``path`` in the journal, then in memory.
 
         An ``add`` that cannot be written raises: the path must not be
         created unrecorded.  A ``remove`` that cannot be written (a full
         disk) is kept in memory only: the path is already gone, and a later
         discard of a missing path is a no-op.
+
+        ``held``: for a path nothing will be created for until the caller
+        ``flush``es (a regular file of a batch: its temp file is made at
+        the batch's commit).  The record is written with the next one, or
+        by ``flush``: one ``write`` for a batch's files instead of one each.
         """
         # What ``json.dumps(record, separators=(",", ":"))`` writes, built
         # with its C string encoder: one line per path of every converge.
@@ -235,13 +244,31 @@ class Manifest:
             line += f',"kind":{_json_str(kind)}'
         if backup:
             line += f',"backup":{_json_str(backup)}'
+        record = (line + "}\n").encode()
+        if held:
+            self._held.append(record)
+            self._remember(op, path, kind, backup)
+            return
+        if op != "add":
+            self.flush()  # held records must not go down with a removal's unwritten one
+        elif self._held:
+            # Held records first, in the order they were noted: one write.
+            record = b"".join(self._held) + record
         try:
-            self._append((line + "}\n").encode())
+            self._append(record)
         except OSError as exc:
             if op == "add":
                 raise
             logger.debug("%s: could not journal the removal of %s: %s", self.owner, path, exc)
+        self._held.clear()
         self._remember(op, path, kind, backup)
+
+    def flush(self) -> None:
+        """Write the records noted ``held``; raises when they cannot be (nothing of
+        theirs may be created then)."""
+        if self._held:
+            self._append(b"".join(self._held))
+            self._held.clear()
 
     def _remember(self, op: str, path: str, kind: str, backup: str) -> None:
         """One journal record applied to the in-memory view (a note, or a replayed line)."""
@@ -287,7 +314,9 @@ class Manifest:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.journal_path))
 
     def close(self) -> None:
-        """Close the journal descriptor (idempotent)."""
+        """Close the journal descriptor (idempotent).  Records still held are dropped:
+        nothing was created for them (a batch that failed before its commit)."""
+        self._held.clear()
         if self._journal is not None:
             os.close(self._journal)
             self._journal = None

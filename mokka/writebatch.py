@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 
 from mokka import fsops
-from mokka.artifacts import Artifact, CharDevice, File, Symlink
+from mokka.artifacts import Artifact, CharDevice, CopyOf, File, Symlink
 from mokka.layout import temp_name
 
 #: Batches of at most this many regular files are synced file by file (``commit``).
@@ -36,6 +36,11 @@ class WriteBatch:
     disk_turn: threading.RLock
     #: The converge's degraded list: a device node written as a placeholder is noted there.
     degraded: list[str]
+    #: Called before this batch creates anything: writes the journal records held
+    #: for its regular files (``Manifest.flush``), so no entry exists unrecorded.
+    before_create: Callable[[], None] = lambda: None
+    #: Regular files to write at ``commit_steps`` (real path -> artifact).
+    queued: dict[str, Artifact] = attrs.field(factory=dict)
     #: Regular files written under their temp names (real path -> temp path).
     pending: dict[str, str] = attrs.field(factory=dict)
 
@@ -43,35 +48,39 @@ class WriteBatch:
         """Write ``art`` beside ``real`` and rename it over: readers see old or new, never half.
 
         Links and device nodes are complete the moment they exist and are
-        renamed at once (a later artifact may live beneath a link).  Regular
-        files are renamed by ``commit``, after one filesystem sync for the
-        whole batch; see there.  Device nodes fall back to a placeholder
-        file without CAP_MKNOD (recorded as degraded).
+        made and renamed at once (a later artifact may live beneath a link).
+        Regular files wait for ``commit_steps``: their journal records are
+        written together there, then their temp files, then one filesystem
+        sync for the whole batch, then the renames; see there.  Device nodes
+        fall back to a placeholder file without CAP_MKNOD (recorded as
+        degraded).
         """
+        if isinstance(art, (File, CopyOf)):
+            self.queued[real] = art
+            return
+        self.before_create()
         tmp = temp_name(real)
         try:
-            try:
-                pending = self._write_tmp(art, tmp)
-            except FileExistsError:
-                # A temp file a killed process left: it goes, and this one is made.
-                fsops.unlink(tmp)
-                pending = self._write_tmp(art, tmp)
-            if pending:
-                self.pending[real] = tmp
-            else:
-                os.replace(tmp, real)
+            self._make_tmp(art, tmp)
+            os.replace(tmp, real)
         except BaseException:
             # A full disk, a kill: no temp file is left beside the path.
-            self.pending.pop(real, None)
             with contextlib.suppress(OSError):
                 fsops.unlink(tmp)
             raise
 
-    def _write_tmp(self, art: Artifact, tmp: str) -> bool:
-        """The new entry, complete, under the temp name; whether its data awaits ``commit``."""
+    def _make_tmp(self, art: Artifact, tmp: str) -> None:
+        """The new entry, complete, under the temp name (one a killed process left goes)."""
+        try:
+            self._write_tmp(art, tmp)
+        except FileExistsError:
+            fsops.unlink(tmp)
+            self._write_tmp(art, tmp)
+
+    def _write_tmp(self, art: Artifact, tmp: str) -> None:
         if isinstance(art, Symlink):
             os.symlink(art.target, tmp)
-            return False
+            return
         if isinstance(art, CharDevice):
             try:
                 os.mknod(tmp, stat.S_IFCHR | art.mode, os.makedev(art.major, art.minor))
@@ -86,7 +95,7 @@ class WriteBatch:
                     os.close(fd)
                 os.chmod(tmp, 0o644)
                 self.degraded.append(fsops.placeholder_reason(art))
-            return False
+            return
         fd = os.open(
             tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, art.mode
         )
@@ -100,7 +109,24 @@ class WriteBatch:
             os.fchmod(fd, art.mode)
         finally:
             os.close(fd)
-        return True
+
+    def _write_queued(self) -> None:
+        """The queued regular files' temp files, once their records are written."""
+        if self.queued:
+            self.before_create()
+        while self.queued:
+            real, art = next(iter(self.queued.items()))
+            tmp = temp_name(real)
+            try:
+                self._make_tmp(art, tmp)
+            except BaseException as exc:
+                with contextlib.suppress(OSError):
+                    fsops.unlink(tmp)
+                if isinstance(exc, OSError) and exc.filename is None:
+                    exc.filename = real  # a failed ``write`` (ENOSPC) names no file
+                raise
+            self.pending[real] = tmp
+            del self.queued[real]
 
     def commit_steps(self) -> Generator[Callable[[], None], None, None]:
         """Make the batch's regular files durable, then rename each over its path.
@@ -121,14 +147,17 @@ class WriteBatch:
         before the sync leaves only temp files (recorded paths' neighbours,
         removed by the next converge or discard); one after it leaves each
         path old or new, never empty.  The manifest journal still records
-        each path before its temp file exists, so a kill at any point
-        leaves a record, never an orphan.
+        each path before its temp file exists (``before_create`` writes the
+        records the converge held for the batch's files, in one ``write``,
+        before the first temp file), so a kill at any point leaves a record,
+        never an orphan.
 
         A small batch (``mokka ctl``'s overrides file, a workload change)
         syncs its files one by one instead: ``syncfs`` flushes every dirty
         page of the filesystem, other processes' included, and on a busy
         node that can take far longer than the few files of the batch.
         """
+        self._write_queued()
         if not self.pending:
             return
         self.disk_turn.release()
@@ -155,4 +184,5 @@ class WriteBatch:
             with contextlib.suppress(OSError):
                 fsops.unlink(tmp)
         self.pending.clear()
+        self.queued.clear()
 

@@ -8,6 +8,7 @@ shims, states and stage call the ib simulator tests share."""
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import socket
 import subprocess
@@ -230,10 +231,24 @@ def topology_text(nodes: Sequence[str]) -> str:
     })
 
 
+#: Ports handed out for listeners started later, below the kernel's ephemeral
+#: range (``ip_local_port_range`` starts at 32768): a port from ``bind(0)``
+#: could meanwhile become the local end of one of the test's own outgoing
+#: connections (a relay dialling a peer not yet up), and the listener's
+#: ``bind`` fail with "address already in use".
+_LISTENER_PORTS = range(20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free now, for a listener a process started later binds."""
+    for port in random.sample(_LISTENER_PORTS, 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {_LISTENER_PORTS}")
 
 
 def tool_env() -> dict[str, str]:

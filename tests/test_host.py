@@ -977,13 +977,16 @@ def test_a_superseded_converge_leaves_the_last_good_record_to_start_from(
     superseded(host, "t", [*files(3), File("/opt/new/x", "x\n"), *files(5)[3:]], after=4)
     assert (node_root / "opt/new").is_dir()
     assert not (node_root / "opt/new/x").exists()
+    # Its record was held for the commit too: what was never made is not recorded.
+    assert {"/opt", "/opt/new"} <= set(host.owned("t"))
+    assert "/opt/new/x" not in host.owned("t")
     seen = _placed_paths(monkeypatch)
     # The last good record's very artifacts: none of them placed again, yet
     # the node is not taken as unchanged (the journal moved the bookkeeping
     # signature), so what the interrupted converge made is removed.
     report = host.converge("t", files(3))
     assert seen == []
-    assert report.removed == ("/opt/new/x", "/opt/new", "/opt")  # as journaled
+    assert report.removed == ("/opt/new", "/opt")  # as journaled
     assert not (node_root / "opt").exists()
     superseded(host, "t", files(6), after=3)
     host.converge("t", files(6))

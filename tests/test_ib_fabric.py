@@ -71,7 +71,6 @@ class Node:
     name: str
     root: Path
     relay_port: int
-    health_port: int
     before: dict[str, tuple] = attrs.field(factory=dict)
     daemon: DaemonProcess | None = None
 
@@ -101,7 +100,7 @@ class Fabric:
         return [
             "daemon", "--root", str(node.root),
             "--profile", str(self.profile), "--topology", str(self.topology),
-            "--health-addr", f"127.0.0.1:{node.health_port}",
+            "--health-addr", "127.0.0.1:0",
             "--ib-relay-address", "127.0.0.1", "--ib-relay-port", str(node.relay_port),
             "--resync-interval", "0", *peers,
         ]
@@ -163,7 +162,7 @@ async def fabric_of(tmp_path: Path, native: Path, names: Sequence[str],
         root = tmp_path / f"root-{name}"
         root.mkdir()
         nodes.append(Node(name=name, root=root, relay_port=free_port(),
-                          health_port=free_port(), before=snapshot(root)))
+                          before=snapshot(root)))
     fabric = Fabric(nodes=nodes, profile=profile, topology=topology, native=native)
     try:
         for node in nodes:

@@ -34,7 +34,7 @@ import trio
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import MokkaError
 from mokka.host import Host
-from mokka.simulators.base import Applier, Simulator
+from mokka.simulators.base import Applier, Simulator, implements
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ async def teardown(
             await supervisor.wait_stopped()
         async with trio.open_nursery() as nursery:
             for sim in simulators:
-                if isinstance(sim, Applier):
+                if implements(sim, Applier):
                     nursery.start_soon(best_effort, "revoke", sim, sim.revoke)
         if release_runtime_state is not None:
             try:

@@ -36,7 +36,7 @@ from mokka.daemon.supervisor import Supervisor
 from mokka.errors import MokkaError, PassSuperseded, SpecError
 from mokka.host import Host
 from mokka.settled import Activity
-from mokka.simulators.base import Applier, Daemon, Retractor, Simulator
+from mokka.simulators.base import Applier, Daemon, Retractor, Simulator, implements
 
 if TYPE_CHECKING:
     from mokka.state.model import State
@@ -146,7 +146,7 @@ async def stage(
     module docstring).
     """
     outcomes: dict[str, SimulatorOutcome] = {}
-    retractors = [sim for sim in simulators if isinstance(sim, Retractor)]
+    retractors = [sim for sim in simulators if implements(sim, Retractor)]
     keys = [(sim.name, "retract") for sim in retractors]
     held = await _held(replays if replay else None, host,
                  [*keys, *((sim.name, "stage") for sim in simulators)], state)
@@ -205,7 +205,7 @@ async def supervise(
     """
     if supervisor is None:
         return ()
-    daemons = [sim for sim in simulators if isinstance(sim, Daemon)]
+    daemons = [sim for sim in simulators if implements(sim, Daemon)]
     outcomes: dict[str, SimulatorOutcome] = {}
     async with trio.open_nursery() as nursery:
         for sim in daemons:
@@ -249,7 +249,7 @@ async def apply(
     failures: they did nothing wrong); appliers that never got to run
     have no outcome.  ``replays`` and ``replay`` as for ``stage``.
     """
-    appliers = [sim for sim in simulators if isinstance(sim, Applier)]
+    appliers = [sim for sim in simulators if implements(sim, Applier)]
     held = await _held(replays if replay else None, host,
                  [(sim.name, "apply") for sim in appliers], state)
     outcomes: dict[str, SimulatorOutcome] = {}

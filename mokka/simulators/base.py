@@ -28,6 +28,7 @@ Contract, in the order the reconciler calls things (ARCHITECTURE sections 3 and 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
@@ -91,3 +92,16 @@ class Daemon(Protocol):
     ) -> None: ...
 
     async def reload(self, state: State) -> None: ...
+
+
+def implements(sim: object, protocol: type) -> bool:
+    """``isinstance(sim, protocol)`` for the method-only protocols above, decided once per
+    class: a runtime-checkable protocol's ``isinstance`` looks every member up
+    on each call, which three waves a pass made cost 2 ms of an h100 pass."""
+    return _implements(type(sim), protocol)
+
+
+@functools.cache
+def _implements(cls: type, protocol: type) -> bool:
+    # Methods live on the class: what its instances implement is the class's answer.
+    return issubclass(cls, protocol)
