@@ -41,11 +41,9 @@ call's work in ``mokka.convergence`` (which imports none of this module),
 the state directory's lifecycle in ``mokka.statedir`` and the recording
 of a call in ``mokka.recording``; the artifact types are re-exported
 here, the one module simulators import.
-All methods but ``converge_async``/``discard_async`` are blocking.  The
-daemon's simulators converge with those two: the converge's own work on the
-event loop's thread, each wait for the disk in a worker thread
-(``mokka.diskwaits`` says why); one-shot commands and tests call the
-blocking ones.
+All methods are blocking; simulators call them through
+``trio.to_thread.run_sync`` once per batch (one thread hop per surface, not
+per file).
 """
 
 from __future__ import annotations
@@ -60,7 +58,6 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from mokka import diskwaits
 from mokka.artifacts import (
     Artifact,
     CharDevice,
@@ -71,13 +68,13 @@ from mokka.artifacts import (
     Symlink,
 )
 from mokka.commands import CommandRunner, SubprocessRunner
-from mokka.diskwaits import Steps
 from mokka.errors import (
     HostFaultError,
     HostPathError,
+    MokkaError,
     PassSuperseded,
 )
-from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of
+from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of, owner_line
 from mokka.filememo import FileMemo
 from mokka.layout import JOURNAL_SUFFIX, MOKKA_MANIFESTS, SNAPSHOT_SUFFIX
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
@@ -85,18 +82,12 @@ from mokka.lazylogger import LazyLogger
 from mokka.manifest import Manifest
 from mokka.noderoot import NodeRoot, ResolveCache
 from mokka.noderoot import norm as node_norm
-from mokka.recording import (
-    absorb_own_writes,
-    converging,
-    note_looked_at,
-    note_outside,
-    record,
-)
+from mokka.recording import absorb_own_writes, note_looked_at, note_outside, record
 from mokka.recording import current as current_activity
 from mokka.recording import unchanged as still_unchanged
-from mokka.settled import Activity, Settled
+from mokka.settled import RECORDING, Activity, Settled
 from mokka.shared_dirs import OwnerListings
-from mokka.statedir import StateDir
+from mokka.statedir import StateDir, bookkeeping_owner
 
 if TYPE_CHECKING:
     import subprocess
@@ -344,40 +335,32 @@ class Host:
     def converge(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
         """Make ``owner``'s part of the node exactly ``artifacts``; see the module docstring.
 
-        Blocking, waits for the disk included (``converge_async`` is the
-        daemon's).  Discarding an owner that has no bookkeeping writes
-        nothing at all: a teardown on a root the daemon never wrote to
-        (read-only, not enterable) succeeds without touching it.
+        Discarding an owner that has no bookkeeping writes nothing at all:
+        a teardown on a root the daemon never wrote to (read-only, not
+        enterable) succeeds without touching it.
 
         A recorded call (``recording``) notes the owner with the ``Settled``
         record this converge leaves; the host's own lookups meanwhile are
         not the caller's and are not noted.
         """
-        wanted = _wanted(owner, artifacts)
-        with converging(owner, lambda: self._settled.get(owner)), self._lock(owner):
-            return diskwaits.run(self._steps(owner, wanted))
-
-    async def converge_async(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
-        """``converge`` as the daemon makes it: the work on the event loop's thread, each
-        wait for the disk in a worker thread (``mokka.diskwaits``, where the reason is).
-
-        The owner's lock is held across those waits; while another converge
-        of the same owner holds it, it is waited for in a worker, so the
-        event loop never blocks on it.
-        """
-        wanted = _wanted(owner, artifacts)
-        lock = self._lock(owner)
-        await diskwaits.acquire_off_loop(lock)
+        activity = current_activity()
+        if activity is None:
+            return self._converge_owner(owner, artifacts)
+        token = RECORDING.set(None)
         try:
-            with converging(owner, lambda: self._settled.get(owner)):
-                return await diskwaits.run_waiting_in_worker(self._steps(owner, wanted))
+            report = self._converge_owner(owner, artifacts)
         finally:
-            lock.release()
+            RECORDING.reset(token)
+        activity.converged[owner] = self._settled.get(owner)
+        return report
 
-    def _steps(self, owner: str, wanted: list[Artifact]) -> Steps[ConvergeReport]:
-        """One converge of ``owner``, its waits for the disk yielded; the caller holds
-        the owner's lock.  The disk turn is held throughout but for those waits."""
-        with self.disk_turn:
+    def _converge_owner(self, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
+        _check_owner(owner)
+        wanted = list(artifacts)
+        # The owner's lock first: a converge that lets go of the turn while it
+        # syncs still holds its owner's, so whoever takes the turn meanwhile
+        # must never be waiting for an owner's lock.
+        with self._lock(owner), self.disk_turn:
             settled = self._settled.pop(owner, None)
             if wanted and settled is not None and settled.holds(wanted):
                 # The drift check of a pass that changes nothing (``Settled``).
@@ -388,7 +371,7 @@ class Host:
                     self.state.cleanup_if_idle()  # what a killed process left
                 return ConvergeReport()
             try:
-                return (yield from self._converge(owner, wanted, settled))
+                return self._converge(owner, wanted, settled)
             except BaseException as exc:
                 # Interrupted (superseded by a newer input, or failed): the last
                 # good record stays the next converge's start.  Sound because
@@ -404,7 +387,7 @@ class Host:
 
     def _converge(
         self, owner: str, wanted: list[Artifact], settled: Settled | None
-    ) -> Steps[ConvergeReport]:
+    ) -> ConvergeReport:
         if not os.path.isdir(self.root):
             raise HostFaultError(f"{owner}: the node root {self.root} is gone")
         # imported here: reading a node root (``mokka ctl status``) converges nothing
@@ -434,7 +417,7 @@ class Host:
                         norm = node_norm(art.path)
                         wanted_paths.add(norm)
                         work.put(art, norm)
-                    yield from work.batch.commit_steps()
+                    work.batch.commit()
                 except BaseException:
                     work.batch.abandon()
                     raise
@@ -465,26 +448,47 @@ class Host:
         """Remove everything ``owner`` created (also by an earlier process); restore backups."""
         return self.converge(owner, ())
 
-    async def discard_async(self, owner: str) -> ConvergeReport:
-        """``discard`` as the daemon makes it (``converge_async``)."""
-        return await self.converge_async(owner, ())
-
     def owners(self) -> list[str]:
         """Every owner with bookkeeping under the root (what ``discard_all`` goes through)."""
         return self.state.owners()
 
     def discard_all(self) -> ConvergeReport:
-        """Discard every owner with a manifest (``mokka cleanup``; ``mokka.discard_all``)."""
-        # imported here: only the cleanup command and tests discard everything
-        from mokka.discard_all import discard_every_owner
+        """Discard every owner with a manifest (``mokka cleanup``).
 
-        return discard_every_owner(self)
+        Every owner is tried even when one fails (the manual recovery must
+        not stop at the first stuck path); the failures are raised together
+        afterwards, as one ``HostPathError`` naming each owner and every
+        bookkeeping file still left (a half-written snapshot included).
+        """
+        try:
+            directory = self._manifest_dir()
+        except HostPathError as exc:
+            # A link on the way leads out of the root: no bookkeeping of ours
+            # can be there (nothing was ever written through it).
+            logger.warning("no Mokka bookkeeping under %s to discard: %s", self.root, exc)
+            return ConvergeReport()
+        owners = self.state.owners_in(directory)
+        removed: list[str] = []
+        failures: list[str] = []
+        failed: set[str] = set()
+        for owner in owners:
+            try:
+                removed.extend(self.discard(owner).removed)
+            except (OSError, MokkaError) as exc:
+                logger.warning("could not discard everything of %s: %s", owner, exc)
+                failures.append(owner_line(owner, exc))
+                failed.add(owner)
+        # Finish what a process killed while removing the state directory
+        # left: no owner is left to do it in its discard.
+        self.state.cleanup_if_idle()
+        # What a failed owner keeps is said above; anything else is news.
+        left = [p for p in self.leftovers() if bookkeeping_owner(p) not in failed]
+        if left:
+            failures.append(f"left under the root: {', '.join(left)}")
+        if failures:
+            raise HostPathError("; ".join(failures))
+        return ConvergeReport(removed=tuple(removed))
 
-
-def _wanted(owner: str, artifacts: Iterable[Artifact]) -> list[Artifact]:
-    """The artifacts of one converge, listed, once the owner's name is checked."""
-    _check_owner(owner)
-    return list(artifacts)
 
 
 def _check_owner(owner: str) -> None:

@@ -48,23 +48,6 @@ def record() -> Iterator[Activity]:
         activity.closed = True
 
 
-@contextlib.contextmanager
-def converging(owner: str, left: Callable[[], Settled | None]) -> Iterator[None]:
-    """Around one converge of ``owner`` in a recorded call: the host's own lookups
-    meanwhile are not the call's, and once it succeeded the owner is noted with
-    the record it ``left``."""
-    activity = current()
-    if activity is None:
-        yield
-        return
-    token = RECORDING.set(None)
-    try:
-        yield
-    finally:
-        RECORDING.reset(token)
-    activity.converged[owner] = left()
-
-
 def current() -> Activity | None:
     """The ``Activity`` being recorded in this context, if any and still open."""
     activity = RECORDING.get()

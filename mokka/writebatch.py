@@ -13,7 +13,7 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -39,7 +39,7 @@ class WriteBatch:
     #: Called before this batch creates anything: writes the journal records held
     #: for its regular files (``Manifest.flush``), so no entry exists unrecorded.
     before_create: Callable[[], None] = lambda: None
-    #: Regular files to write at ``commit_steps`` (real path -> artifact).
+    #: Regular files to write at ``commit`` (real path -> artifact).
     queued: dict[str, Artifact] = attrs.field(factory=dict)
     #: Regular files written under their temp names (real path -> temp path).
     pending: dict[str, str] = attrs.field(factory=dict)
@@ -49,7 +49,7 @@ class WriteBatch:
 
         Links and device nodes are complete the moment they exist and are
         made and renamed at once (a later artifact may live beneath a link).
-        Regular files wait for ``commit_steps``: their journal records are
+        Regular files wait for ``commit``: their journal records are
         written together there, then their temp files, then one filesystem
         sync for the whole batch, then the renames; see there.  Device nodes
         fall back to a placeholder file without CAP_MKNOD (recorded as
@@ -128,12 +128,8 @@ class WriteBatch:
             self.pending[real] = tmp
             del self.queued[real]
 
-    def commit_steps(self) -> Generator[Callable[[], None], None, None]:
+    def commit(self) -> None:
         """Make the batch's regular files durable, then rename each over its path.
-
-        Steps (``mokka.diskwaits``): the wait for the disk is yielded, with
-        the disk turn let go, for the converge's driver to make where it
-        wants; the renames follow once it returned.
 
         The durability argument (also in docs/operations.md, "Failure
         model"): a rename can reach the disk before the data of the file it
@@ -162,7 +158,11 @@ class WriteBatch:
             return
         self.disk_turn.release()
         try:
-            yield self._sync
+            if len(self.pending) <= _FILE_SYNC_BATCH:
+                for tmp in self.pending.values():
+                    fsops.sync_file(tmp)
+            else:
+                fsops.sync_filesystem(self.root)
         finally:
             self.disk_turn.acquire()
         while self.pending:
@@ -170,16 +170,8 @@ class WriteBatch:
             os.replace(tmp, real)
             del self.pending[real]
 
-    def _sync(self) -> None:
-        """Wait until every pending file's data is on disk (``commit_steps``)."""
-        if len(self.pending) <= _FILE_SYNC_BATCH:
-            for tmp in list(self.pending.values()):
-                fsops.sync_file(tmp)
-        else:
-            fsops.sync_filesystem(self.root)
-
     def abandon(self) -> None:
-        """Remove the temp files of a batch that failed before ``commit_steps`` renamed them."""
+        """Remove the temp files of a batch that failed before ``commit`` renamed them."""
         for tmp in self.pending.values():
             with contextlib.suppress(OSError):
                 fsops.unlink(tmp)

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import attrs
 import pytest
-import trio
 
-from mokka.host import ConvergeReport, Host
-from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator, notice
+from mokka.host import Host
+from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from tests.support import ROOT, snapshot
@@ -192,8 +191,3 @@ def run_steps(
 
 UNSHARE = ["unshare", "--mount", "--propagation", "private"]
 
-
-
-def announce(host: Host, owner: str, artifacts: list) -> ConvergeReport:
-    """``notice.converge_announced`` (the daemon's, on an event loop) from blocking code."""
-    return trio.run(notice.converge_announced, host, owner, artifacts)

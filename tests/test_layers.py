@@ -43,8 +43,6 @@ LAYERS: dict[str, int] = {
     "mokka.noderoot": 2,
     "mokka.recording": 2,
     "mokka.removal": 2,
-    "mokka.diskwaits": 2,
-    "mokka.discard_all": 2,
     "mokka.statedir": 2,
     "mokka.simulators": 3,
     "mokka.daemon": 4,

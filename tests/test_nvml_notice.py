@@ -32,7 +32,7 @@ from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.gpudriver_support import announce, node_paths, symlink_settings
+from tests.gpudriver_support import node_paths, symlink_settings
 from tests.nvml_support import compiler, load_target, node_path, write_config
 from tests.podresources_support import Pod, PodResourcesServer, compile_api
 from tests.support import require_tool
@@ -261,7 +261,7 @@ def test_a_workload_bump_alone_re_reads_no_engine_config(tmp_path: Path, native:
     host = Host(tmp_path / "root")
     host.root.mkdir()
     a = node("node-a")
-    announce(host, "notice-test",
+    notice.converge_announced(host, "notice-test",
                               [File(layout.ENGINE_CONFIG, render_engine_config(a))])
     reader = Reader(native / "libnvidia-ml.so.1", interval_ms=HOUR_MS,
                     config=host.resolve(layout.ENGINE_CONFIG))
@@ -280,17 +280,17 @@ def test_converging_keeps_the_counter_file_and_its_value(host: Host):
     """Listed with its current bytes, the counter is never rewritten by rename."""
     config = File(layout.ENGINE_CONFIG, "format: 1\ndevice_count: 0\n")
     assert notice.bump(host) is None  # nothing staged yet: nothing to bump
-    announce(host, "notice-test", [config])
+    notice.converge_announced(host, "notice-test", [config])
     assert counter(host) == 1
     inode = host.resolve(layout.CONFIG_GENERATION).stat().st_ino
     assert notice.bump(host) == 2
-    report = announce(host, "notice-test", [config])
+    report = notice.converge_announced(host, "notice-test", [config])
     assert not report.changed  # the bumped value is what is listed: nothing to do
     assert counter(host) == 2
     assert host.resolve(layout.CONFIG_GENERATION).stat().st_ino == inode
-    announce(host, "notice-test", [attrs.evolve(config, content="format: 1\n")])
+    notice.converge_announced(host, "notice-test", [attrs.evolve(config, content="format: 1\n")])
     assert counter(host) == 3
-    announce(host, "notice-test", [])
+    notice.converge_announced(host, "notice-test", [])
     assert node_paths(host.root) == set()
 
 
@@ -299,7 +299,7 @@ async def test_the_workload_simulator_bumps_and_a_running_client_sees_the_pods(
 ) -> None:
     """The workload file (a pod takes GPU 3, then leaves) reaches the next call."""
     state = node("node-a")
-    await notice.converge_announced(host, "notice-test",
+    notice.converge_announced(host, "notice-test",
                               [File(layout.ENGINE_CONFIG, render_engine_config(state))])
     (tmp_path / "podresources-api").mkdir()
     pb2 = compile_api(tmp_path / "podresources-api")[0]
@@ -328,7 +328,7 @@ async def test_the_workload_simulator_bumps_and_a_running_client_sees_the_pods(
         reader.close()
         server.stop()
         await sim.discard(host)
-        await notice.converge_announced(host, "notice-test", [])
+        notice.converge_announced(host, "notice-test", [])
     # what the notice and the simulator wrote is gone (``var/lib/kubelet``
     # and its parents belong to the stand-in kubelet)
     assert not [p for p in node_paths(host.root) if p.startswith("var/lib/nvml-mock")]
@@ -355,7 +355,7 @@ def test_reloads_announced_under_eight_threads_run_clean_under_valgrind(
     )
 
     def stage(name: str) -> None:
-        announce(host, "notice-test", [
+        notice.converge_announced(host, "notice-test", [
             File(layout.ENGINE_CONFIG, render_engine_config(node(name)))])
 
     stage("node-a")
@@ -375,7 +375,7 @@ def test_reloads_announced_under_eight_threads_run_clean_under_valgrind(
     finally:
         if child.poll() is None:
             child.kill()
-        announce(host, "notice-test", [])
+        notice.converge_announced(host, "notice-test", [])
     assert child.returncode == 0, stderr[-4000:]
     assert "failures=0" in stdout
     assert "change notice" in stderr

@@ -32,7 +32,6 @@ from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from mokka.state.profile import read_profile_text
-from tests.gpudriver_support import announce
 from tests.nvml_support import compiler, load_target, nvml_env, write_config
 from tests.podresources_support import Pod, PodResourcesServer, compile_api
 from tests.support import require_tool
@@ -352,7 +351,7 @@ def test_a_bump_is_seen_by_the_next_call_even_within_one_clock_tick(native: Path
     host.root.mkdir()
     owner = "cache-test"
     state = compile_profile("h100", node_name="node-a")
-    announce(host, owner,
+    notice.converge_announced(host, owner,
                               [File(layout.ENGINE_CONFIG, render_engine_config(state))])
     config = host.resolve(layout.ENGINE_CONFIG)
     workload = config.parent / "workload.yaml"
@@ -386,7 +385,7 @@ def test_a_bump_is_seen_by_the_next_call_even_within_one_clock_tick(native: Path
             doc["device_defaults"]["dynamics"] = {
                 "utilization": {"pattern": "steady", "value": 12}}
             (tmp_path / "steady.yaml").write_text(yaml.safe_dump(doc))
-            announce(host, owner, [File(
+            notice.converge_announced(host, owner, [File(
                 layout.ENGINE_CONFIG, render_engine_config(
                     compile_profile(tmp_path / "steady.yaml", node_name="node-a")))])
             assert (call("util"), call("procs")) == (12, 2)

@@ -146,15 +146,15 @@ class FabricManagerSimulator:
         """Make sure the fabric-state directory exists (or is gone when disabled)."""
         if self.enabled(state):
             wanted = [Directory(layout.FABRIC_STATE_DIR)]
-            await host.converge_async(OWNER, wanted)
+            await trio.to_thread.run_sync(host.converge, OWNER, wanted)
         else:
-            await _discard_all(host)
+            await trio.to_thread.run_sync(_discard_sync, host)
         self._staged = True
         self._latest = state
 
     async def discard(self, host: Host) -> None:
         """Remove the directory and any marker, whichever process wrote them."""
-        await _discard_all(host)
+        await trio.to_thread.run_sync(_discard_sync, host)
         self._staged = False
 
     @property
@@ -374,10 +374,10 @@ def _remove_stale_marker(host: Host, keep_dir: bool) -> None:
             stale.unlink(missing_ok=True)
 
 
-async def _discard_all(host: Host) -> None:
+def _discard_sync(host: Host) -> None:
     # The marker first: it lives in OWNER's directory.
-    await host.discard_async(MARKER_OWNER)
-    await host.discard_async(OWNER)
+    host.discard(MARKER_OWNER)
+    host.discard(OWNER)
 
 
 def _build(args: argparse.Namespace) -> FabricManagerSimulator:

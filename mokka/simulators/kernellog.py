@@ -190,7 +190,9 @@ class KernelLogSimulator:
 
     async def stage(self, host: Host, state: State) -> None:
         """Notes whether ``/dev/kmsg`` exists (creating the stand-in file if due)."""
-        exists = await _ensure_kmsg(host, self.settings.fallback_file == "auto")
+        exists = await trio.to_thread.run_sync(
+            _ensure_kmsg, host, self.settings.fallback_file == "auto"
+        )
         if not self._running:
             self._kmsg_problem = None if exists else _missing(host)
         self._staged = True
@@ -201,8 +203,8 @@ class KernelLogSimulator:
 
     async def discard(self, host: Host) -> None:
         """Forget what was announced: the next start announces the Xids then in force."""
-        await host.discard_async(OWNER)
-        await host.discard_async(KMSG_OWNER)
+        await trio.to_thread.run_sync(host.discard, OWNER)
+        await trio.to_thread.run_sync(host.discard, KMSG_OWNER)
         self._announced = _Announced()
         self._staged = False
 
@@ -310,22 +312,21 @@ class KernelLogSimulator:
                            "not announcing it", xid.id, xid.gpu_index)
 
 
-async def _ensure_kmsg(host: Host, fallback: bool) -> bool:
+# ---- blocking parts (worker threads) -----------------------------------
+
+
+def _ensure_kmsg(host: Host, fallback: bool) -> bool:
     """Whether ``/dev/kmsg`` exists, after creating the stand-in file where allowed.
 
     Only when it is missing: once created, its content is the log, and
-    converging it again would empty it.  Two ``lstat``s on the event loop,
-    as a converge's own work is (``Host.converge_async``).
+    converging it again would empty it.
     """
     if host.exists(layout.KMSG):
         return True
     if not fallback or _is_real_host(host):
         return False
-    await host.converge_async(KMSG_OWNER, [File(layout.KMSG, b"", 0o644)])
+    host.converge(KMSG_OWNER, [File(layout.KMSG, b"", 0o644)])
     return True
-
-
-# ---- blocking parts (worker threads) -----------------------------------
 
 
 def _is_real_host(host: Host) -> bool:

@@ -21,6 +21,7 @@ import argparse
 import logging
 
 import attrs
+import trio
 
 from mokka import layout
 from mokka.host import Artifact, File, Host
@@ -79,10 +80,10 @@ class NvlinkSimulator:
     )
 
     async def stage(self, host: Host, state: State) -> None:
-        """Converge the two copies onto ``state.topology``."""
+        """Converge the two copies onto ``state.topology`` (one thread hop)."""
         artifacts = topology_artifacts(state)
         try:
-            report = await host.converge_async(OWNER, artifacts)
+            report = await trio.to_thread.run_sync(host.converge, OWNER, artifacts)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"stage failed: {exc}")
             raise
@@ -108,7 +109,7 @@ class NvlinkSimulator:
 
     async def discard(self, host: Host) -> None:
         """Remove both copies (also ones an earlier process staged)."""
-        await host.discard_async(OWNER)
+        await trio.to_thread.run_sync(host.discard, OWNER)
         self._readiness = Readiness.not_ready("topology discarded")
 
     @property

@@ -28,6 +28,7 @@ work from a fresh process after a crash.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 
 import attrs
@@ -75,40 +76,28 @@ class _Plan:
     smi: SmiChoice
 
 
-async def _plan_on(
+def _plan_on(
     host: Host, state: State, settings: GpuDriverSettings, blocks: DeviceBlocks | None = None
 ) -> _Plan:
     """``_plan``, noting that which ``nvidia-smi`` it stages depends on the machine's own
-    files (``Host.depends_on``): one installed later is staged at the next resync.
-
-    The choice reads those files (the machine's, not the node root's: a
-    worker thread); the rest is rendering and the daemon's own files, on
-    the event loop as the converges' own work is (``mokka.diskwaits``).
-    """
-    smi = await trio.to_thread.run_sync(_choose_smi, host, settings)
-    return _plan(state, settings, smi, blocks)
-
-
-def _choose_smi(host: Host, settings: GpuDriverSettings) -> SmiChoice:
-    """``choose_nvidia_smi``, its files noted as the call's dependencies (blocking)."""
+    files (``Host.depends_on``): one installed later is staged at the next resync."""
     for path in (settings.nvidia_smi_binary, settings.installed_nvidia_smi):
         host.depends_on(path)
-    return choose_nvidia_smi(settings.nvidia_smi_binary, settings.installed_nvidia_smi)
+    return _plan(state, settings, blocks)
 
 
 def _plan(
-    state: State, settings: GpuDriverSettings, smi: SmiChoice,
-    blocks: DeviceBlocks | None = None,
+    state: State, settings: GpuDriverSettings, blocks: DeviceBlocks | None = None
 ) -> _Plan:
-    """Decide every artifact with ``smi`` chosen; raises before any write if something is
-    missing.
+    """Decide every artifact; raises before any write if something is missing.
 
-    It stats the native artifacts and renders the engine config (a few
-    hundred KiB, some milliseconds, for large profiles).  Raises
-    ``NativeArtifactMissing`` when the library is not built and
-    ``SpecError`` when the state cannot be rendered.  ``blocks``: the GPUs'
-    rendered engine config lines from the last plan (``DeviceBlocks``).
+    Runs in a worker thread: it stats the native artifacts and the image's
+    nvidia-smi, and renders the engine config (a few hundred KiB for large
+    profiles).  Raises ``NativeArtifactMissing`` when the library is not
+    built and ``SpecError`` when the state cannot be rendered.  ``blocks``:
+    the GPUs' rendered engine config lines from the last plan (``DeviceBlocks``).
     """
+    smi = choose_nvidia_smi(settings.nvidia_smi_binary, settings.installed_nvidia_smi)
     config: list[Artifact] = [
         # Explicit, so it stays a real directory even if it ends up empty of
         # our files: CDI bind-mounts it whole and override renames inside it
@@ -131,10 +120,10 @@ def _plan(
 async def _converge_all(
     host: Host, batches: dict[str, list[Artifact]]
 ) -> dict[str, ConvergeReport]:
-    """Converge every batch concurrently (their waits for the disk overlap); collect all failures.
+    """Converge every batch concurrently, one thread hop each; collect all failures.
 
-    A failing batch does not cancel its siblings; every failure is reported
-    together afterwards.  The
+    A failing batch does not cancel its siblings (they are threads and would
+    finish anyway); every failure is reported together afterwards.  The
     engine config's batch also keeps the change notice and bumps it once the
     new config is in place (``notice.converge_announced``).
     """
@@ -144,9 +133,10 @@ async def _converge_all(
     async def one(owner: str, artifacts: list[Artifact]) -> None:
         try:
             if owner == CONFIG_OWNER:
-                reports[owner] = await notice.converge_announced(host, owner, artifacts)
+                converge = functools.partial(notice.converge_announced, host)
             else:
-                reports[owner] = await host.converge_async(owner, artifacts)
+                converge = host.converge
+            reports[owner] = await trio.to_thread.run_sync(converge, owner, artifacts)
         except Exception as exc:
             failures.append((owner, exc))
 
@@ -191,7 +181,8 @@ class GpuDriverSimulator:
     async def stage(self, host: Host, state: State) -> None:
         """Converge the driver tree onto ``state`` (all batches in parallel)."""
         try:
-            plan = await _plan_on(host, state, self.settings, self._blocks)
+            plan = await trio.to_thread.run_sync(_plan_on, host, state, self.settings,
+                                                 self._blocks)
         except NativeArtifactMissing as exc:
             self._stage_error = f"mock NVML library not built: {exc}"
             raise

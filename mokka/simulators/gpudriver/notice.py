@@ -32,7 +32,6 @@ import threading
 from collections.abc import Iterable
 
 from mokka import layout
-from mokka.diskwaits import acquire_off_loop
 from mokka.errors import HostPathError
 from mokka.host import Artifact, ConvergeReport, File, Host
 
@@ -96,27 +95,20 @@ def bump(host: Host) -> int | None:
         return _bump_locked(host)
 
 
-async def converge_announced(
-    host: Host, owner: str, artifacts: Iterable[Artifact]
-) -> ConvergeReport:
+def converge_announced(host: Host, owner: str, artifacts: Iterable[Artifact]) -> ConvergeReport:
     """Converge the batch that holds the engine config, with the counter, then bump.
 
     An empty batch (discard) removes the counter with the rest.  Otherwise
     the counter is listed with its current bytes (created as zero the first
-    time) and bumped after the converge when anything changed.  The
-    daemon's converge (``Host.converge_async``); the lock is taken without
-    blocking the event loop.
+    time) and bumped after the converge when anything changed.  Blocking.
     """
     wanted = list(artifacts)
-    await acquire_off_loop(_lock)
-    try:
+    with _lock:
         if not wanted:
-            return await host.converge_async(owner, wanted)
+            return host.converge(owner, wanted)
         counter = File(layout.CONFIG_GENERATION, _current(host), NOTICE_MODE)
-        report = await host.converge_async(owner, [*wanted, counter])
+        report = host.converge(owner, [*wanted, counter])
         if report.changed:
             _bump_locked(host)
             host.rewrote_in_place(owner, layout.CONFIG_GENERATION)
         return report
-    finally:
-        _lock.release()

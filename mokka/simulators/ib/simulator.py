@@ -135,7 +135,7 @@ class IbSimulator:
         counters[change.name] = value
         try:
             async with self._converging:
-                await self._stage_now(host, state)
+                await trio.to_thread.run_sync(self._stage_sync, host, state)
         except Exception:
             counters[change.name] = old  # the files still say the old value
             raise
@@ -183,8 +183,10 @@ class IbSimulator:
             # serving first ("before them on the way down"), as reload would.
             await daemon.reload(state)
         try:
+            # One thread hop for the plan too: it reads the shim and the
+            # image's tools directory, which must not block the event loop.
             async with self._converging:
-                plan, report = await self._stage_now(host, state)
+                plan, report = await trio.to_thread.run_sync(self._stage_sync, host, state)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"stage failed: {exc}")
             raise
@@ -221,20 +223,24 @@ class IbSimulator:
                 len(report.removed),
             )
 
-    async def _stage_now(self, host: Host, state: State) -> tuple[IbPlan, ConvergeReport]:
-        """Plan (it stats the shim and lists the image's tools directory: microseconds,
-        on the event loop as the converge's own work is), then converge."""
+    def _stage_sync(self, host: Host, state: State) -> tuple[IbPlan, ConvergeReport]:
+        """Plan, then converge (blocking; a worker thread)."""
         plan = self.plan(state)
-        report = await host.converge_async(OWNER, plan.artifacts)
+        report = host.converge(OWNER, plan.artifacts)
         self._staged = (host, state)
         return plan, report
 
     async def discard(self, host: Host) -> None:
-        # A socket left by a release that did not record it would keep the
-        # socket's directory from going.
-        remove_stale_socket(host)
-        run = await host.discard_async(RUN_OWNER)
-        staged = await host.discard_async(OWNER)
-        report = ConvergeReport(removed=run.removed + staged.removed)
+        report = await trio.to_thread.run_sync(_discard_sync, host)
         self._readiness = Readiness.not_ready("the InfiniBand tree was discarded")
         logger.info("ib discarded: %d path(s) removed", len(report.removed))
+
+
+def _discard_sync(host: Host) -> ConvergeReport:
+    """Remove the daemon's socket and its record, then the staged tree (blocking)."""
+    # A socket left by a release that did not record it would keep the
+    # socket's directory from going.
+    remove_stale_socket(host)
+    run = host.discard(RUN_OWNER)
+    staged = host.discard(OWNER)
+    return ConvergeReport(removed=run.removed + staged.removed)

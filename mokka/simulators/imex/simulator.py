@@ -101,7 +101,7 @@ class ImexSimulator:
     async def stage(self, host: Host, state: State) -> None:
         """Converge the IMEX footprint onto ``state`` (or remove it when IMEX is off)."""
         if not self.enabled(state):
-            await _discard_all(host)
+            await trio.to_thread.run_sync(_discard_sync, host)
             why = "--imex off" if self.settings.mode == "off" else "profile is not fabric-attached"
             self._readiness = Readiness.ok(f"imex off ({why})")
             return
@@ -111,7 +111,7 @@ class ImexSimulator:
             plan = await trio.to_thread.run_sync(
                 self._plan_binaries, host, state, abandon_on_cancel=True
             )
-            report = await self._converge_now(host, plan)
+            report = await trio.to_thread.run_sync(self._converge_sync, host, plan)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"imex stage failed: {exc}")
             raise
@@ -136,7 +136,7 @@ class ImexSimulator:
 
     async def discard(self, host: Host) -> None:
         """Remove everything any process staged for IMEX (cache first, see the module docstring)."""
-        await _discard_all(host)
+        await trio.to_thread.run_sync(_discard_sync, host)
         self._readiness = Readiness.not_ready("imex discarded")
         logger.info("imex discarded")
 
@@ -202,11 +202,8 @@ class ImexSimulator:
         self._memo = (key, binaries)
         return binaries
 
-    async def _converge_now(self, host: Host, plan: _BinaryPlan) -> ConvergeReport:
-        """One batch: the overlay is computed here too, so a bad base fails before any write.
-
-        On the event loop, as the converge's own work is (``Host.converge_async``):
-        the base ``/proc/devices`` is one small read."""
+    def _converge_sync(self, host: Host, plan: _BinaryPlan) -> ConvergeReport:
+        """One batch: the overlay is computed here too, so a bad base fails before any write."""
         s = self.settings
         overlay = procdevices.overlay(
             procdevices.read_base(host), channel_major=s.channel_major, caps_major=s.caps_major
@@ -225,16 +222,16 @@ class ImexSimulator:
         if plan.keep_cache:
             artifacts.append(Directory(layout.CACHE_DIR))
         else:
-            await host.discard_async(CACHE_OWNER)  # before its directory goes with OWNER's
-        report = await host.converge_async(OWNER, artifacts)
+            host.discard(CACHE_OWNER)  # before its directory goes with OWNER's converge
+        report = host.converge(OWNER, artifacts)
         if plan.cache_write is not None:
             path, data = plan.cache_write
-            await host.converge_async(CACHE_OWNER, [File(path, data, CACHE_MODE)])
+            host.converge(CACHE_OWNER, [File(path, data, CACHE_MODE)])
         return report
 
 
-async def _discard_all(host: Host) -> None:
+def _discard_sync(host: Host) -> None:
     """Remove everything either owner recorded, in the order that empties directories."""
     # The cache file first: its directory belongs to OWNER.
-    await host.discard_async(CACHE_OWNER)
-    await host.discard_async(OWNER)
+    host.discard(CACHE_OWNER)
+    host.discard(OWNER)

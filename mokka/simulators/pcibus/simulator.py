@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 
 import attrs
+import trio
 
 from mokka import layout, native
-from mokka.host import Artifact, CopyOf, Host
+from mokka.host import ConvergeReport, CopyOf, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.pcibus.hierarchy import PciTree, plan_tree
 from mokka.simulators.pcibus.nfd import feature_artifacts
@@ -71,8 +72,9 @@ class PcibusSimulator:
         ready and propagates, so the Stage wave reports it.
         """
         try:
-            tree, artifacts = self._plan(state)
-            report = await host.converge_async(STAGE_OWNER, artifacts)
+            # Planning looks the shim up on disk: in the same thread hop as
+            # the converge, never on the event loop.
+            tree, report = await trio.to_thread.run_sync(self._stage_sync, host, state)
         except Exception as exc:
             self._readiness = Readiness.not_ready(f"stage failed: {exc}")
             raise
@@ -92,24 +94,25 @@ class PcibusSimulator:
             len(report.removed),
         )
 
-    def _plan(self, state: State) -> tuple[PciTree, list[Artifact]]:
-        """The tree and its artifacts with the shim; nothing on the node is read."""
+    def _stage_sync(self, host: Host, state: State) -> tuple[PciTree, ConvergeReport]:
+        """Plan the tree and converge it with the shim (blocking; a worker thread)."""
         # Missing shim → NativeArtifactMissing before anything is written:
         # a tree without the shim that exposes it would be half a surface.
         library = native.artifact(native.MOCKFS_LIBRARY)
         tree = plan_tree(state, fallback_cpus=self.settings.fallback_cpus)
-        return tree, [*tree_artifacts(tree), CopyOf(MOCKFS_STAGED, library, mode=0o755)]
+        artifacts = [*tree_artifacts(tree), CopyOf(MOCKFS_STAGED, library, mode=0o755)]
+        return tree, host.converge(STAGE_OWNER, artifacts)
 
     async def discard(self, host: Host) -> None:
         """Remove exactly what Stage created, as the manifest records it."""
-        report = await host.discard_async(STAGE_OWNER)
+        report = await trio.to_thread.run_sync(host.discard, STAGE_OWNER)
         self._readiness = Readiness.not_ready("the PCI tree was discarded")
         logger.info("pcibus discarded: %d path(s) removed", len(report.removed))
 
     async def apply(self, host: Host, state: State) -> None:
         """Publish the NFD feature file (converged: a state without GPUs removes it)."""
         artifacts = feature_artifacts(state, self.settings.nfd_features_dir)
-        report = await host.converge_async(NFD_OWNER, artifacts)
+        report = await trio.to_thread.run_sync(host.converge, NFD_OWNER, artifacts)
         if report.changed:
             logger.info(
                 "pcibus published the NFD feature file in %s",
@@ -119,6 +122,6 @@ class PcibusSimulator:
     async def revoke(self, host: Host) -> None:
         """Withdraw the feature file; NFD drops the label on its next pass."""
         # Only our own file goes: the directory is shared with other writers.
-        report = await host.discard_async(NFD_OWNER)
+        report = await trio.to_thread.run_sync(host.discard, NFD_OWNER)
         if report.removed:
             logger.info("pcibus revoked the NFD feature file")

@@ -98,7 +98,7 @@ class WorkloadSimulator:
     async def discard(self, host: Host) -> None:
         self._close()
         self._written = None
-        await host.discard_async(OWNER)
+        await trio.to_thread.run_sync(host.discard, OWNER)
 
     async def reload(self, state: State) -> None:
         self._state = state
@@ -236,7 +236,7 @@ class WorkloadSimulator:
         if text == self._written:
             return
         files = [] if text is None else [File(layout.WORKLOAD_CONFIG, text, 0o644)]
-        await host.converge_async(OWNER, files)
+        await trio.to_thread.run_sync(host.converge, OWNER, files)
         # Renamed into place (or removed) first, announced second: running
         # clients re-read at their next call (docs/engine-config.md).
         await trio.to_thread.run_sync(notice.bump, host)
