@@ -231,24 +231,30 @@ def topology_text(nodes: Sequence[str]) -> str:
     })
 
 
-#: Ports handed out for listeners started later, below the kernel's ephemeral
-#: range (``ip_local_port_range`` starts at 32768): a port from ``bind(0)``
-#: could meanwhile become the local end of one of the test's own outgoing
-#: connections (a relay dialling a peer not yet up), and the listener's
-#: ``bind`` fail with "address already in use".
-_LISTENER_PORTS = range(20000, 32000)
+def _listener_ports() -> range:
+    """Ports for listeners started later, outside the kernel's ephemeral range
+    (``ip_local_port_range``): a port from ``bind(0)`` could meanwhile become the
+    local end of one of the test's own outgoing connections (a relay dialling a
+    peer not yet up), and the listener's ``bind`` fail with "address already in
+    use"."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # the kernel's default
+    return range(max(1024, low - 12000), low) if low > 2048 else range(high + 1, 65536)
 
 
 def free_port() -> int:
     """A port free now, for a listener a process started later binds."""
-    for port in random.sample(_LISTENER_PORTS, 200):
+    ports = _listener_ports()
+    for port in random.sample(ports, min(200, len(ports))):
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise AssertionError(f"no free port in {_LISTENER_PORTS}")
+    raise AssertionError(f"no free port in {ports}")
 
 
 def tool_env() -> dict[str, str]:
