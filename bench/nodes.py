@@ -148,8 +148,11 @@ class Daemon:
 
 
 def start(root: Path, name: str, *extra: str, work: Path | None = None,
-          port: int | None = None) -> Daemon:
-    """Start ``mokka daemon`` on ``root`` (created), logging to ``<work>/<name>.log``."""
+          port: int | None = None, environ: dict[str, str] | None = None) -> Daemon:
+    """Start ``mokka daemon`` on ``root`` (created), logging to ``<work>/<name>.log``.
+
+    ``environ`` adds to (or overrides) ``env()``.
+    """
     root.mkdir(parents=True, exist_ok=True)
     work = work or root.parent
     port = port or free_ports(1)[0]
@@ -158,7 +161,7 @@ def start(root: Path, name: str, *extra: str, work: Path | None = None,
             "--health-addr", f"127.0.0.1:{port}", *extra]
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=work,
-                                   env=env(), start_new_session=True)
+                                   env={**env(), **(environ or {})}, start_new_session=True)
     return Daemon(root=root, port=port, name=name, log=log, process=process)
 
 

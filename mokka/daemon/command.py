@@ -38,6 +38,7 @@ import trio_util
 
 from mokka import layout
 from mokka.artifacts import ConvergeReport
+from mokka.daemon.memory import limit_malloc_arenas
 from mokka.daemon.nodelock import hold_node_root, try_hold_node_root
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.runner import (
@@ -128,6 +129,8 @@ def run_daemon_command(args: argparse.Namespace) -> int:
     except SpecError as exc:
         return _usage_error("daemon", str(exc))
     setup_logging(level=settings.log_level, fmt=settings.log_format)
+    # before trio starts its first worker thread (``mokka.daemon.memory``)
+    limit_malloc_arenas()
     root = settings.root.absolute()
     created_root = not root.exists()
     try:
