@@ -214,3 +214,41 @@ def test_keys_of_any_yaml_type_hash_without_crashing(tmp_path: Path) -> None:
     again = compile_profile("h100", node_name="n", overrides=overrides)
     assert b.content_hash == again.content_hash
     assert b.content_hash != compile_profile("h100", node_name="n").content_hash
+
+
+def test_an_unchanged_profile_is_parsed_once_while_the_overrides_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a ``mokka ctl`` loop makes the daemon do: every change compiles all the
+    inputs again, and the profile's text, the same each time, is parsed once."""
+    from mokka.state import profile
+
+    parsed: list[str] = []
+    real_load_yaml = profile.load_yaml
+
+    def counting(text: str, source: str) -> object:
+        parsed.append(source)
+        return real_load_yaml(text, source)
+
+    monkeypatch.setattr(profile, "load_yaml", counting)
+    profile._parsed.cache_clear()
+    profile_file = tmp_path / "p.yaml"
+    profile_file.write_text((PROFILES / "pcie-only.yaml").read_text())
+    overrides = tmp_path / "o.yaml"
+    temps = []
+    for celsius in (50, 61, 72):
+        write(overrides, {"version": 1, "all": {"thermal": {"temperature_gpu_c": celsius}}})
+        state = compile_profile(profile_file, node_name="n", overrides=overrides)
+        temps.append(state.gpus[0].fields["thermal"]["temperature_gpu_c"])
+    assert temps == [50, 61, 72]
+    assert parsed == [str(profile_file)]
+    # a changed text is parsed again, and what it says is what compiles
+    profile_file.write_text(profile_file.read_text().replace('"550.163.01"', '"550.999.01"'))
+    state = compile_profile(profile_file, node_name="n", overrides=overrides)
+    assert state.system.driver_version == "550.999.01"
+    # a text that fails is not kept: each read reports it again
+    profile_file.write_text(profile_file.read_text().replace("driver_version:", "driver_verison:"))
+    for _ in range(2):
+        with pytest.raises(SpecError, match="driver_verison"):
+            compile_profile(profile_file, node_name="n", overrides=overrides)
+    assert parsed == [str(profile_file)] * 4

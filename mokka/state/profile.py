@@ -36,6 +36,7 @@ here too.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -313,4 +314,17 @@ def load_profile(name_or_path: str | Path) -> Profile:
     engine config say ``h100`` or the path the user passed.
     """
     label, text = read_profile_text(name_or_path)
-    return parse_profile(text, source=label, name=str(name_or_path))
+    return _parsed(text, label, str(name_or_path))
+
+
+# The daemon reads all of its inputs again whenever one of them changes, and
+# a ``mokka ctl`` loop changes the overrides file many times a second while
+# the profile stays as it was: parsing it again each time was a sixth of the
+# daemon's work per change.  So the last text parsed is kept with its result.
+# Sound because a ``Profile`` is frozen and nothing modifies its mappings
+# (the compiler merges into copies, ``checks.deep_merge``), and the result
+# depends on the text, its label and its name alone.  A text that fails is
+# not kept: its errors are raised (and reported) on every read.
+@functools.lru_cache(maxsize=1)
+def _parsed(text: str, source: str, name: str) -> Profile:
+    return parse_profile(text, source=source, name=name)
