@@ -10,7 +10,6 @@ itself (``malloc_info``) in a child process, and from outside a real daemon
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import trio
 
 from mokka.daemon.memory import ARENA_ENV, limit_malloc_arenas
 from tests.daemon_support import PROCESS_TIMEOUT, daemon_env, running_daemon, stop_daemon
-from tests.support import ROOT, snapshot
+from tests.support import snapshot
 
 #: A child that (maybe) limits the arenas, then has six threads allocate at
 #: once, and prints how many arenas glibc reports (``<heap nr=...>`` elements
@@ -55,8 +54,7 @@ _HEAP_SIZE = 64 << 20
 
 
 def _arenas_in_child(mode: str) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k != ARENA_ENV}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = {k: v for k, v in daemon_env().items() if k != ARENA_ENV}
     done = subprocess.run([sys.executable, "-c", _COUNT_ARENAS, mode], env=env,
                           capture_output=True, text=True, timeout=PROCESS_TIMEOUT, check=True)
     return done.stdout.split()
