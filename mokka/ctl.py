@@ -63,12 +63,13 @@ from typing import TYPE_CHECKING, Any
 from mokka import layout
 from mokka.ctl_edits import apply, build_edit, reset
 from mokka.ctl_records import already_recorded
-from mokka.ctl_status import status
+from mokka.ctl_status import shown, status
 from mokka.ctl_targets import parse_target
 from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
 from mokka.helpformat import Formatter
 from mokka.noderoot import NodeRoot
+from mokka.state.checks import found
 from mokka.state.overrides import (
     FILE_MODE,
     MANIFEST_OWNERS,
@@ -112,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     ``update_overrides``, which validates the whole result before writing.
     Without ``--gpu`` a change goes to ``all``.
     """
-    if args.verb == IB_COUNTER_VERB:
-        return importlib.import_module(IB_COUNTER_MODULE).run(args, node_host(args))
     try:
+        if args.verb == IB_COUNTER_VERB:
+            return importlib.import_module(IB_COUNTER_MODULE).run(args, node_host(args))
         path = overrides_path(args)
         if args.verb == "status":
             # read-only and lock-free: a rename never shows a half-written file
@@ -130,18 +131,22 @@ def run(args: argparse.Namespace) -> int:
         # one line per problem, each already naming the flag or the field
         problems = exc.problems if isinstance(exc, SpecError) else (str(exc),)
         for problem in problems:
-            print(f"mokka ctl: error: {problem}", file=sys.stderr)
+            _error(problem)
         return 2
     except MokkaError as exc:
-        print(f"mokka ctl: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     except OSError as exc:
         # The node could not be changed (the lock or the file cannot be
         # written): exit 1 with the file and the reason, not a traceback.
-        print(f"mokka ctl: error: {exc.filename or 'overrides file'}: {exc.strerror or exc}",
-              file=sys.stderr)
+        _error(f"{exc.filename or 'overrides file'}: {exc.strerror or exc}")
         return 1
     return 0
+
+
+def _error(problem: str) -> None:
+    """Print one problem, escaped where a path or value from the command line was not UTF-8."""
+    print(shown(f"mokka ctl: error: {problem}"), file=sys.stderr)
 
 
 def node_root(args: argparse.Namespace) -> Path | None:
@@ -149,7 +154,8 @@ def node_root(args: argparse.Namespace) -> Path | None:
     absolute as ``Host`` makes it; ``None`` with ``--file`` (a file named directly)."""
     if args.file:
         return None
-    return Path(args.root or os.environ.get("MOKKA_ROOT") or str(layout.LOCAL_ROOT)).absolute()
+    return Path(_path_arg("--root", args.root or os.environ.get("MOKKA_ROOT")
+                          or str(layout.LOCAL_ROOT))).absolute()
 
 
 def node_host(args: argparse.Namespace) -> Host | None:
@@ -174,7 +180,20 @@ def overrides_path(args: argparse.Namespace) -> Path:
     never escape the root.
     """
     root = node_root(args)
-    return Path(args.file) if root is None else NodeRoot(root).resolve(layout.OVERRIDES)
+    if root is None:
+        return Path(_path_arg("--file", args.file))
+    return NodeRoot(root).resolve(layout.OVERRIDES)
+
+
+def _path_arg(flag: str, text: str) -> str:
+    """``text``, a path given on the command line; ``CtlError`` for one no file can have.
+
+    A NUL byte ends a path for the kernel, so every call taking it would
+    raise ``ValueError``: refused here, once, naming the flag.
+    """
+    if "\0" in text:
+        raise CtlError(f"{flag}: {found(text)} holds a NUL byte, expected a path")
+    return text
 
 
 def change(path: Path, root: Path | None,

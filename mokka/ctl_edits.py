@@ -23,11 +23,23 @@ from collections.abc import Callable
 from typing import Any
 
 from mokka.errors import CtlError, SpecError
+from mokka.state.checks import found
+from mokka.state.engine_values import KEY_SEGMENT, MAX_KEY_LENGTH
 from mokka.state.override_schema import FABRIC_HEALTH, PSTATES, THROTTLE_REASONS, pstate_range
-from mokka.state.reader import load_yaml
+from mokka.state.reader import MAX_DEPTH, excerpt, load_yaml
 
 #: A verb's change to one target's section (``all`` or ``devices[T]``), in place.
 Edit = Callable[[dict[str, Any]], None]
+
+#: Levels a ``set`` key may have: the file's reader takes ``MAX_DEPTH``
+#: levels, and a key's first one sits below ``devices`` and its target.
+#: Checked before the key is built into the document, which would
+#: otherwise be refused only as a whole, without naming the key.
+SET_KEY_MAX_DEPTH = MAX_DEPTH - 2
+#: Bytes a ``set`` value may have: twice a whole processes list a drill
+#: would write, half of what Linux passes in one argument (128 KiB), and
+#: far below the file's 4 MiB, so a pasted blob costs no YAML parse.
+SET_VALUE_MAX_BYTES = 64 * 1024
 
 
 def apply(doc: dict[str, Any], target: str, edit: Edit) -> None:
@@ -132,7 +144,7 @@ def build_edit(args: argparse.Namespace) -> Edit:
         # two fields it is written to
         state = args.state.strip().upper()
         if state not in PSTATES:
-            raise CtlError(f"--state: {args.state!r} is not a performance state, "
+            raise CtlError(f"--state: {found(args.state)} is not a performance state, "
                            f"expected {pstate_range()}")
         def pstate(s: dict[str, Any]) -> None:
             # NVML has two getters for the same thing (GetPerformanceState and
@@ -169,7 +181,10 @@ def _reasons(text: str) -> set[str]:
         return set()
     unknown = sorted(names - set(THROTTLE_REASONS))
     if unknown or not names:
-        raise CtlError(f"--reasons: {', '.join(unknown) or repr(text)} unknown, expected "
+        # as typed where that is one short line, quoted (escapes shown) where it is not
+        named = ", ".join(excerpt(name, 60) if name.isprintable() else found(name)
+                          for name in unknown) or found(text)
+        raise CtlError(f"--reasons: {excerpt(named, 200)} unknown, expected "
                        f"'none' or some of: {', '.join(THROTTLE_REASONS)}")
     return names
 
@@ -184,7 +199,7 @@ def fabric_health(state: str) -> dict[str, Any]:
     """
     name = state.strip().lower().replace("-", "_")
     if name not in FABRIC_HEALTH:
-        raise CtlError(f"--state: {state!r}, expected one of: {', '.join(FABRIC_HEALTH)}")
+        raise CtlError(f"--state: {found(state)}, expected one of: {', '.join(FABRIC_HEALTH)}")
     flags = ("route_recovery_in_progress", "route_unhealthy", "access_timeout_recovery",
              "incorrect_configuration")
     block: dict[str, Any] = {
@@ -204,10 +219,31 @@ def _assignment(text: str) -> tuple[str, Any]:
     at all after ``=``, stays a string; the schema check then says whether
     the field wanted one.
     """
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # bytes of the command line that were not UTF-8
+        raise CtlError(f"{found(text)}: not UTF-8 text, expected key.path=value") from None
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise CtlError(f"{text!r} is not key.path=value (e.g. thermal.temperature_gpu_c=80)")
+        raise CtlError(f"{found(text)} is not key.path=value "
+                       "(e.g. thermal.temperature_gpu_c=80)")
+    # bounded before anything is built of them: a clear line, not a whole
+    # document refused (or a parse of megabytes) for one pasted blob
+    if len(key) > MAX_KEY_LENGTH:
+        raise CtlError(f"{found(key)}: a key of {len(key)} characters, expected at most "
+                       f"{MAX_KEY_LENGTH} (the engine config's limit)")
+    if key.count(".") >= SET_KEY_MAX_DEPTH:
+        raise CtlError(f"{found(key)}: a key {key.count('.') + 1} levels deep, expected at "
+                       f"most {SET_KEY_MAX_DEPTH}")
+    if len(raw.encode()) > SET_VALUE_MAX_BYTES:
+        raise CtlError(f"{found(key)}: a value of {len(raw.encode())} bytes, expected at most "
+                       f"{SET_VALUE_MAX_BYTES}")
+    # every field's name, the schema's and an open block's alike, is one the
+    # engine config can hold
+    if not all(KEY_SEGMENT.fullmatch(part) for part in key.split(".")):
+        raise CtlError(f"{found(key)}: not a field path, expected names of "
+                       f"{KEY_SEGMENT.pattern} joined by dots")
     try:
         # ``load_yaml``, not ``yaml.safe_load``: the file is read without YAML
         # 1.1's base-60 numbers (``1:20`` is text, not 80), and a value the

@@ -49,13 +49,19 @@ def status(path: Path, args: argparse.Namespace, *, root: Path | None = None) ->
     for target, section in doc.get("devices", {}).items():
         rows += [(target, k, v) for k, v in _flatten(section)]
     if not rows:
-        print(f"no overrides in {path}")
+        print(shown(f"no overrides in {path}"))
         return 0
     rows.insert(0, ("TARGET", "FIELD", "VALUE"))
     widths = [max(len(r[i]) for r in rows) for i in range(2)]
     for target, key, value in rows:
         print(f"{target:<{widths[0]}}  {key:<{widths[1]}}  {value}")
     return 0
+
+
+def shown(text: str) -> str:
+    """``text`` printable on any stream: a path from a command line that was not UTF-8 holds
+    lone surrogates (``os.fsdecode``), shown escaped (``\\udcff``) rather than refused."""
+    return text.encode("utf-8", "backslashreplace").decode()
 
 
 def _flatten(section: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:

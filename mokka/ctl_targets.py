@@ -58,7 +58,7 @@ def parse_target(text: str, path: Path) -> str:
         if known is not None and uuid not in known:
             raise CtlError(f"--gpu: no GPU with UUID {text} on this node")
         return uuid
-    raise CtlError(f"--gpu: {text!r} is not a GPU index, 'all' or a GPU UUID "
+    raise CtlError(f"--gpu: {checks.found(text)} is not a GPU index, 'all' or a GPU UUID "
                    "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)")
 
 

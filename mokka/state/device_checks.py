@@ -142,12 +142,12 @@ def check_failure(p: Problems, path: str, value: Any) -> None:
     if failure.get("mode") is not None:
         checks.as_choice(p, sub(path, "mode"), failure["mode"], FAILURE_MODES)
     if failure.get("after_calls") is not None:
-        checks.as_int(p, sub(path, "after_calls"), failure["after_calls"], lo=0)
+        checks.as_int(p, sub(path, "after_calls"), failure["after_calls"], lo=0, hi=checks.U64_MAX)
     if failure.get("probability") is not None:
         checks.as_float(p, sub(path, "probability"), failure["probability"], lo=0.0, hi=1.0)
     if failure.get("seed") is not None:
-        # any integer: it only seeds the library's per-process random draw
-        checks.as_int(p, sub(path, "seed"), failure["seed"])
+        # the library reads it as a u64: anything wider would be dropped silently
+        checks.as_int(p, sub(path, "seed"), failure["seed"], lo=0, hi=checks.U64_MAX)
     if failure.get("xid") is not None:
         check_xid(p, sub(path, "xid"), failure["xid"])
 

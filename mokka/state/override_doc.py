@@ -26,10 +26,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mokka.errors import SpecError
 from mokka.state import checks
 from mokka.state.checks import Problems, sub
 from mokka.state.override_schema import check_patch
-from mokka.state.reader import json_reading, load_json_or_yaml
+from mokka.state.reader import json_reading, load_json_or_yaml, shape_problem
 
 TOP_LEVEL_KEYS = ("version", "all", "devices")
 #: Digits a device index key may have: far more than any GPU count, far
@@ -97,9 +98,17 @@ class Overrides:
 
     @classmethod
     def from_mapping(cls, doc: Any, *, source: str) -> Overrides:
-        """Validate ``yaml.safe_load`` output; an empty document is an empty overrides."""
+        """Validate ``yaml.safe_load`` output; an empty document is an empty overrides.
+
+        The document's shape is bounded first (``reader.shape_problem``: depth,
+        size, no cycle), as the reader bounds a file's: ``mokka ctl`` hands in
+        a document it edited in memory, and every check below recurses.
+        """
         if doc is None:
             return cls(source=source)
+        problem = shape_problem(doc)
+        if problem is not None:
+            raise SpecError(f"{source}: {problem}")
         p = Problems(source)
         top = checks.as_mapping(p, "(document)", doc)
         p.raise_if_any()

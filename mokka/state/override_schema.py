@@ -11,7 +11,11 @@ saying to change the profile instead.
 The schema is a nested mapping: a key maps to a leaf checker, to a nested
 schema (a ``dict``), or to ``ANY`` (an open subtree passed through: lists
 of processes, metric generator settings).  ``check_patch`` records every
-unknown key and every wrongly typed value.
+unknown key and every wrongly typed value.  An open subtree's shape is the
+mock library's business, but every line it makes in the engine config
+must be one the library's reader takes (``check_engine_lines``): else the
+stage would refuse the whole node, and ``mokka ctl`` must refuse the change
+first, in the same words (``mokka.state.engine_values``).
 
 The schema is strict where the profile is open (``mokka.state.profile``
 lets unknown device fields through) because the two are written
@@ -28,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mokka.state import checks
-from mokka.state.checks import Problems, sub
+from mokka.state.checks import Problems, found, sub
 from mokka.state.device_checks import (
     FABRIC_HEALTH_WORDS,
     FABRIC_STATES,
@@ -37,6 +41,12 @@ from mokka.state.device_checks import (
     check_xid_list,
     fabric_health_problem,
     pcie_link_problem,
+)
+from mokka.state.engine_values import (
+    KEY_SEGMENT,
+    LONGEST_DEVICE_PREFIX,
+    key_problem,
+    value_problem,
 )
 
 #: A leaf checker: records problems about ``value`` at ``path``.  The result
@@ -144,17 +154,19 @@ def _link_counts(p: Problems, path: str, v: Any) -> object:
                 and int(text) < NVLINK_MAX_LINKS):
             p.add(sub(path, str(key)), f"{key!r} is not a link number 0..{NVLINK_MAX_LINKS - 1}")
             continue
-        checks.as_int(p, sub(path, str(key)), count, lo=0)
+        # a 64-bit counter in NVML (``nvmlDeviceGetNvLinkErrorCounter``)
+        checks.as_int(p, sub(path, str(key)), count, lo=0, hi=checks.U64_MAX)
     return links
 
 
 def _any(p: Problems, path: str, v: Any) -> object:
-    """Accepts anything: the subtree is passed to the library unchecked."""
+    """Any shape: the subtree is passed to the library (``check_patch`` checks its lines)."""
     return v
 
 
 #: An open subtree (lists of processes, generator settings): its shape is the
-#: mock library's business, and it carries no identity field to protect.
+#: mock library's business, and it carries no identity field to protect;
+#: ``check_patch`` still checks every line it makes (``check_engine_lines``).
 ANY: Leaf = _any
 #: ``NVML_NVLINK_MAX_LINKS`` in ``nvml.h``: 18 links per GPU, as on Hopper and
 #: Blackwell.
@@ -264,9 +276,16 @@ def check_patch(p: Problems, path: str, patch: Mapping[str, Any], schema: Any = 
     ``SCHEMA``).  Identity fields are looked for at the top level only, where
     they live in a device config, and before the unknown-key test, so the
     user hears "change the profile instead" rather than "unknown key".
+
+    A whole patch whose every field passed its rule is then checked line by
+    line as the engine config will hold it (``check_engine_lines``): the
+    open subtrees, and any typed field a rule bounds less tightly than the
+    library's reader (a 4000-digit ``failure.after_calls``).  Only then:
+    a field its rule refused would only be reported twice.
     """
     schema = SCHEMA if schema is None else schema
     top = schema is SCHEMA
+    before = len(p.items)
     for key, value in patch.items():
         kpath = sub(path, str(key))
         if top and key in NOT_HOT_RELOADABLE:
@@ -283,6 +302,58 @@ def check_patch(p: Problems, path: str, patch: Mapping[str, Any], schema: Any = 
                 check_patch(p, kpath, nested, rule)
         else:
             rule(p, kpath, value)
+    if top and len(p.items) == before:
+        check_engine_lines(p, path, "", patch)
+
+
+def check_engine_lines(p: Problems, path: str, key: str, value: Any) -> None:
+    """Record every line of ``value`` that the engine config's reader would refuse.
+
+    ``value`` sits at ``key`` in a device config (``""``: it is a whole
+    patch), and becomes the lines the writer makes of it
+    (``config_lines.flatten``: a mapping's keys joined with dots, a list's
+    items numbered, with a ``.count``; ``None`` left out), each prefixed
+    with the GPU's ``device.<position>.`` (the longest, as the patch may
+    apply to any GPU).  A key segment the writer would
+    leave out is refused rather than dropped without a word, as any unknown
+    key here is.  Walked without recursion: the reader has bounded the
+    depth, but a document built in memory (``mokka ctl``) is not read.
+    """
+    stack: list[tuple[str, str, Any]] = [(path, key, value)]
+    while stack:
+        where, line_key, item = stack.pop()
+        if item is None:
+            continue
+        if isinstance(item, Mapping):
+            for child_key, child in reversed(item.items()):
+                segment = str(child_key)
+                if not KEY_SEGMENT.fullmatch(segment):
+                    p.add(sub(where, segment), f"key {found(child_key)} cannot be written to the "
+                          f"engine config, expected a key of {KEY_SEGMENT.pattern}")
+                    continue
+                stack.append((sub(where, segment), _join(line_key, segment), child))
+            continue
+        if isinstance(item, list):
+            _check_line(p, where, _join(line_key, "count"), len(item))
+            stack.extend((sub(where, i), _join(line_key, str(i)), child)
+                         for i, child in reversed(list(enumerate(item))))
+            continue
+        _check_line(p, where, line_key, item)
+
+
+def _join(key: str, segment: str) -> str:
+    return f"{key}.{segment}" if key else segment
+
+
+def _check_line(p: Problems, where: str, line_key: str, value: Any) -> None:
+    """Record why the reader would refuse the line ``<device prefix><line_key>: value``."""
+    problem = key_problem(LONGEST_DEVICE_PREFIX + line_key)
+    if problem is not None:
+        p.add(where, f"engine config {problem} (with its prefix {LONGEST_DEVICE_PREFIX})")
+        return
+    problem = value_problem(value)
+    if problem is not None:
+        p.add(where, problem)
 
 
 def known_paths(schema: Mapping[str, Any] | None = None, prefix: str = "") -> list[str]:

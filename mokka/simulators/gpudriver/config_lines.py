@@ -13,28 +13,27 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from mokka.errors import SpecError
-from mokka.state.checks import CONTROL_RE, TEXT_VALUE_MAX_BYTES
+from mokka.state.engine_values import (
+    KEY_SEGMENT,
+    key_problem,
+    number_problem,
+    text_problem,
+    value_problem,
+)
 
 # Under the engine config's name: its warnings are about that file.
 logger = logging.getLogger("mokka.simulators.gpudriver.engine_config")
 
-#: Length limits the C parser enforces (it rejects longer keys and values), so
-#: the writer refuses them first with a message naming the field
-#: (``MOCK_MAX_KEY`` and ``MOCK_MAX_VALUE`` in ``native/nvml/mock.h``; the
-#: value limit is in bytes of UTF-8).
-MAX_KEY_LENGTH = 200
-MAX_VALUE_LENGTH = TEXT_VALUE_MAX_BYTES
-
-#: One key segment of a flattened profile field (matched whole: ``$`` alone
-#: would let a trailing newline through and split the line).  Anything else
-#: (spaces, colons, quotes, line breaks) cannot appear in a plain YAML key,
-#: so such fields are left out with a warning instead of corrupting the file.
-_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+#: One key segment of a flattened profile field: a field with any other
+#: segment is left out with a warning instead of corrupting the file.  This
+#: and the reader's other limits (key and value lengths, what a value may
+#: hold) are ``mokka.state.engine_values``': the overrides schema refuses by
+#: them too, so ``mokka ctl`` never writes a change this writer would refuse.
+_SEGMENT = KEY_SEGMENT
 
 #: Segments already found to match ``_SEGMENT``: a node's GPUs share their
 #: field names, so each name is matched once rather than once per GPU.
@@ -93,11 +92,9 @@ def _flatten_into(flat: list[tuple[str, Any]], value: Any, where: str, prefix: s
 
 def format_line(key: str, value: Any) -> str:
     """One ``key: value`` line; ``SpecError`` if the key is longer than the reader allows."""
-    if len(key) > MAX_KEY_LENGTH:
-        raise SpecError(
-            f"engine config: {key[:60]}...: key is {len(key)} characters, "
-            f"expected at most {MAX_KEY_LENGTH}"
-        )
+    problem = key_problem(key)
+    if problem is not None:
+        raise SpecError(f"engine config: {key[:60]}...: {problem}")
     return f"{key}: {_format_value(key, value)}"
 
 
@@ -119,7 +116,7 @@ def _format_value(key: str, value: Any) -> str:
         return _number(key, value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise SpecError(f"engine config: {key}: got {value!r}, expected a finite number")
+            raise _refused(key, value_problem(value))
         # repr: the shortest text that reads back as the same double (strtod)
         text = repr(value)
         # PyYAML (YAML 1.1) reads ``1e-05`` as a string: keep a dot in the mantissa.
@@ -134,36 +131,26 @@ def _format_value(key: str, value: Any) -> str:
         return text
     if isinstance(value, str):
         return _quoted(key, value)
-    raise SpecError(
-        f"engine config: {key}: got a {type(value).__name__}, "
-        "expected a string, number or boolean"
-    )
+    raise _refused(key, value_problem(value))
+
+
+def _refused(key: str, problem: str | None) -> SpecError:
+    """The refusal of a line the reader would refuse: ``engine_values``' words, naming ``key``."""
+    return SpecError(f"engine config: {key}: {problem}")
 
 
 def _number(key: str, value: int) -> str:
     """An integer's digits; refused, naming ``key``, when the reader would refuse the line."""
-    text = str(value)
-    if len(text) > MAX_VALUE_LENGTH:
-        raise SpecError(
-            f"engine config: {key}: a number of {len(text)} digits, "
-            f"expected at most {MAX_VALUE_LENGTH}"
-        )
-    return text
+    problem = number_problem(value)
+    if problem is not None:
+        raise _refused(key, problem)
+    return str(value)
 
 
 def _quoted(key: str, value: str) -> str:
     """A string value double-quoted, refused (naming ``key``) if the reader cannot take it."""
-    # one line per key: no C0 or C1 control or DEL (a YAML reader refuses the
-    # whole file over a C1 one), and none has any business in an NVML string
-    if CONTROL_RE.search(value):
-        raise SpecError(
-            f"engine config: {key}: got {value!r}, expected a string without "
-            "newlines or control characters"
-        )
-    if len(value.encode()) > MAX_VALUE_LENGTH:
-        raise SpecError(
-            f"engine config: {key}: value is {len(value.encode())} bytes, "
-            f"expected at most {MAX_VALUE_LENGTH}"
-        )
+    problem = text_problem(value)
+    if problem is not None:
+        raise _refused(key, problem)
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'

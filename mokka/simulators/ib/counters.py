@@ -25,10 +25,14 @@ from mokka.host import Host
 from mokka.simulators.ib import mad
 from mokka.simulators.ib.mockib import UMAD_SOCKET
 from mokka.simulators.ib.sysfs import COUNTERS
+from mokka.state.checks import found
 
 VERB = "ib-counter"
 #: Bound on the daemon's answer (it re-stages the counter files first).
 REPLY_TIMEOUT = 10.0
+#: The largest value a change carries: the control frame's 64-bit field
+#: (``mad.counter_frame``), as wide as the ``port_*`` counters sysfs shows.
+COUNTER_MAX = 2**64 - 1
 #: The error counters a drill usually raises, for the help text.
 ERROR_COUNTERS = (
     "symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
@@ -60,18 +64,26 @@ def parse_changes(texts: list[str]) -> list[tuple[str, int]]:
         name, sep, value = text.partition("=")
         if not sep or name not in COUNTERS:
             raise CounterError(
-                f"{VERB}: {text!r}, expected counter=N with a counter among {', '.join(COUNTERS)}"
+                f"{VERB}: {found(text)}, expected counter=N with a counter among "
+                f"{', '.join(COUNTERS)}"
             )
-        if not value.isdigit():
-            raise CounterError(f"{VERB}: {text!r}: N must be an integer >= 0")
-        changes.append((name, int(value)))
+        # ASCII digits, and few enough to convert: ``"²".isdigit()`` holds but
+        # ``int("²")`` raises, and ``int`` refuses text of over 4300 digits
+        number = int(value) if value.isascii() and value.isdigit() and len(value) <= 20 else -1
+        if not 0 <= number <= COUNTER_MAX:
+            raise CounterError(f"{VERB}: {found(text)}: N must be an integer >= 0 "
+                               f"and at most {COUNTER_MAX}")
+        changes.append((name, number))
     return changes
 
 
 def parse_hca(text: str) -> int:
-    if not text.startswith("mlx5_") or not text[5:].isdigit():
-        raise CounterError(f"{VERB} --hca: {text!r}, expected an HCA name such as mlx5_0")
-    return int(text[5:])
+    # at most 9 digits: the frame carries the index in 32 bits
+    digits = text[5:]
+    if not (text.startswith("mlx5_") and digits.isascii() and digits.isdigit()
+            and len(digits) <= 9):
+        raise CounterError(f"{VERB} --hca: {found(text)}, expected an HCA name such as mlx5_0")
+    return int(digits)
 
 
 def change_counters(
