@@ -9,7 +9,12 @@ failures, seconds per run.  Exit 1 when any run did not end with the root
 restored byte for byte.  Needs root (the planted files include another
 user's setuid binary).
 
-    .venv/bin/python bench/soak_kill.py [--runs 500] [--seed N] [--keep]
+``--every-step`` kills at every occurrence of every teardown step instead
+(``fault_support.step_of``; CI kills at the first and last of each), on a
+root with a file of the user's at every path the daemon replaces, after a
+``mokka ctl`` change (``--runs`` caps how many).
+
+    .venv/bin/python bench/soak_kill.py [--runs 500] [--seed N] [--keep] [--every-step]
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fault_support import calibrate, kill_and_clean, plan_kills, zygote
+from tests.fault_support import (
+    KillRun,
+    calibrate,
+    kill_and_clean,
+    kill_step_and_clean,
+    plan_kills,
+    teardown_steps,
+    touched_paths,
+    zygote,
+)
 
 
 def main() -> int:
@@ -32,21 +46,38 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--keep", action="store_true", help="keep every run's root and log")
+    parser.add_argument("--every-step", action="store_true",
+                        help="kill at every occurrence of every teardown step")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mokka-soak-"))
     failures = 0
     landed = collections.Counter()
     began = time.monotonic()
     with zygote() as server:
-        counts = calibrate(server, work / "calibration")
-        print(f"seed {args.seed}; writes per phase: {counts}")
-        for i, run in enumerate(plan_kills(args.seed, counts, args.runs)):
-            out = kill_and_clean(server, work / f"run{i:04}", run)
+        if args.every_step:
+            touched = touched_paths(server, work / "survey")
+            steps = teardown_steps(server, work / "calibration", touched)
+            seen = collections.Counter()
+            plan = []
+            for step, _path in steps:
+                seen[step] += 1
+                plan.append(KillRun("teardown", seen[step], step))
+            plan = plan[:args.runs]
+            print(f"{len(steps)} teardown writes in {len(seen)} steps")
+        else:
+            counts = calibrate(server, work / "calibration")
+            print(f"seed {args.seed}; writes per phase: {counts}")
+            plan = plan_kills(args.seed, counts, args.runs)
+        for i, run in enumerate(plan):
+            if args.every_step:
+                out = kill_step_and_clean(server, work / f"run{i:04}", run, touched)
+            else:
+                out = kill_and_clean(server, work / f"run{i:04}", run)
             landed[run.phase] += out.killed
             if out.cleanup_code != 0 or not out.restored:
                 failures += 1
                 print(
-                    f"FAIL run {i}: killed in {run.phase} at write {run.kill_at} "
+                    f"FAIL run {i}: killed in {run.phase} at {run.step or 'write'} {run.kill_at} "
                     f"(landed: {out.killed}); cleanup exit {out.cleanup_code}, "
                     f"restored: {out.restored}; log {out.log}"
                 )
@@ -54,8 +85,8 @@ def main() -> int:
                 shutil.rmtree(work / f"run{i:04}")
     elapsed = time.monotonic() - began
     print(
-        f"{args.runs} runs, kills landed per phase {dict(landed)}, {failures} failed, "
-        f"{elapsed / max(args.runs, 1):.2f} s per run ({elapsed:.0f} s)"
+        f"{len(plan)} runs, kills landed per phase {dict(landed)}, {failures} failed, "
+        f"{elapsed / max(len(plan), 1):.2f} s per run ({elapsed:.0f} s)"
     )
     if failures == 0 and not args.keep:
         shutil.rmtree(work)

@@ -12,6 +12,15 @@ is acted on, and set-id bits only come back to the user they belonged to.
 Layout: ``<state>/backups/<owner>/<sha256 of the node path, 32 hex>`` holds a
 regular file's bytes (its mode, owner and times in ``<name>.mode``) or, for
 links, fifos and devices, a JSON record of what to make again.
+
+A kill must never leave the only copy of a user's file where nothing
+points to it, so a backup outlives every record of it: it is written
+before the manifest names it (``save``, then the journal's ``add``), and
+dropped only after the manifest has forgotten it (``restore``, the
+journal's ``remove``, then ``drop``).  A manifest that names a backup can
+therefore always restore from it, and a backup no manifest names is one
+whose file is in place (never moved, or already put back): ``sweep``
+removes it.
 """
 
 from __future__ import annotations
@@ -128,8 +137,26 @@ def load(norm: str, name: str, backups: Path, owner: str) -> Saved:
     return Saved(mine, saved, None, None, _checked_record(saved, content, legacy_mode=False))
 
 
+def present(name: str, backups: Path, owner: str) -> bool:
+    """Whether the backup ``name`` of ``owner`` is still there (its directories checked).
+
+    Asked of a path recorded with a backup that no longer holds our
+    artifact: when the backup is gone, what stands there is the file it
+    held, put back by a process killed before its record went, and it
+    must be saved again before anything replaces it.
+    """
+    mine = owner_dir(backups, owner, create=False)
+    return mine is not None and os.path.lexists(mine / name)
+
+
 def restore(real: Path, saved: Saved) -> None:
-    """Put a backed-up foreign file, link or device back where it was, then drop the backup.
+    """Put a backed-up foreign file, link or device back where it was (``real`` is free).
+
+    The backup stays: the caller drops it (``drop``) once the manifest no
+    longer names it, so a kill in between leaves a record that can still
+    be restored from rather than one naming a backup that is gone.  A
+    restore cut short (a partial file) is undone by the next try, which
+    removes the path and restores again.
 
     A setuid or setgid bit comes back only on a file owned by the user
     it belonged to, never on a file that would now be the daemon's.
@@ -155,10 +182,43 @@ def restore(real: Path, saved: Saved) -> None:
         kind = stat.S_IFCHR if meta["char"] else stat.S_IFBLK
         os.mknod(real, kind | 0o600, os.makedev(*meta["device"]))
         _restore_node_mode(real, meta)
+
+
+def drop(saved: Saved) -> None:
+    """Remove a restored backup (no manifest names it any more), and its emptied directories."""
+    fsops.unlink(saved.path)
     if saved.mode_file is not None:
         fsops.unlink(saved.mode_file)
-    fsops.unlink(saved.path)
     fsops.rmdir_empty_tree(saved.directory)
+
+
+def sweep(backups: Path, owner: str, kept: set[str]) -> list[str]:
+    """Remove ``owner``'s backups except ``kept`` (names the manifest still records).
+
+    What a kill left between a backup and its record: a ``save`` not yet
+    named by the journal (the file it copied was never replaced), or a
+    restored backup not yet dropped (the file is back).  Either way its
+    file stands in place, and the copy is only clutter that would keep
+    the state directory from going.  Returns the names removed.  A link
+    planted in place of ``backups`` is not this owner's to refuse (it may
+    never have had a backup): left, unfollowed, for the leftovers to name.
+    """
+    if os.path.islink(backups):
+        return []
+    mine = owner_dir(backups, owner, create=False)
+    if mine is None:
+        return []
+    swept = []
+    for name in sorted(os.listdir(mine)):
+        if name.removesuffix(".mode") in kept:
+            continue
+        path = mine / name
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            continue  # never made by ``save``: left for the leftovers report to name
+        fsops.unlink(path)
+        swept.append(name)
+    fsops.rmdir_empty_tree(mine)
+    return swept
 
 
 def _checked_record(source: Path, raw: bytes, *, legacy_mode: bool) -> dict:

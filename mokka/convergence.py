@@ -401,7 +401,9 @@ class Convergence:
         # the records held till then first (one ``write`` for the batch's files).
         # Not a record naming a backup made now: that file exists already.
         held = kind == "file"
-        if existing is not None and norm not in self.manifest.entries:
+        if existing is not None and (
+            norm not in self.manifest.entries or self._backup_lost(norm)
+        ):
             backup = backups.save(
                 norm, Path(real), existing, self.backups_dir(), self.manifest.owner
             )
@@ -417,9 +419,24 @@ class Convergence:
             raise HostPathError(f"{real}: a directory is in the way")
         self.batch.write(art, real)
 
+    def _backup_lost(self, norm: str) -> bool:
+        """Whether ``norm`` is recorded with a backup that is gone (``backups.present``).
+
+        Then what stands there is the file that backup held, put back by
+        a process killed before it forgot the path: it is backed up again
+        before it is replaced, never overwritten without a copy.
+        """
+        name = self.manifest.backups.get(norm)
+        return bool(name) and not backups.present(name, self.backups_dir(), self.manifest.owner)
+
     def backups_dir(self) -> Path:
-        """Where backups live beneath the root (``mokka.backups`` keeps one directory per owner)."""
-        return self.resolve(STATE_DIR + "/backups", follow_last=True)
+        """Where backups live beneath the root (``mokka.backups`` keeps one directory per owner).
+
+        Not followed if it is a link: bookkeeping is a private directory of
+        Mokka's, and a link there is refused where it is met (``check_private``)
+        rather than written or read through.
+        """
+        return self.resolve(STATE_DIR + "/backups")
 
     def _matches(self, art: Artifact, real: str, st: os.stat_result) -> bool:
         """Whether the entry on disk already is ``art`` (content, target, device, mode)."""

@@ -223,14 +223,17 @@ class Manifest:
             self._remember(op, path, kind, backup)
 
     def note(
-        self, op: str, path: str, kind: str = "", backup: str = "", *, held: bool = False
+        self, op: str, path: str, kind: str = "", backup: str = "", *,
+        held: bool = False, durable: bool = False,
     ) -> None:
         """Record ``op`` on ``path`` in the journal, then in memory.
 
         An ``add`` that cannot be written raises: the path must not be
         created unrecorded.  A ``remove`` that cannot be written (a full
         disk) is kept in memory only: the path is already gone, and a later
-        discard of a missing path is a no-op.
+        discard of a missing path is a no-op.  Unless ``durable``: the
+        removal of a restored path must be on disk before its backup goes
+        (``mokka.backups``), so that one raises too.
 
         ``held``: for a path nothing will be created for until the caller
         ``flush``es (a regular file of a batch: its temp file is made at
@@ -257,7 +260,7 @@ class Manifest:
         try:
             self._append(record)
         except OSError as exc:
-            if op == "add":
+            if op == "add" or durable:
                 raise
             logger.debug("%s: could not journal the removal of %s: %s", self.owner, path, exc)
         self._held.clear()

@@ -66,10 +66,30 @@ def remove_unwanted(work: Convergence, wanted: set[str]) -> None:
             failures.append(f"{norm} ({reason})")
             logger.warning("could not remove %s: %s", norm, reason)
             keep |= _real_parents(work, [norm]) | _prefixes(norm)
+    if not wanted:
+        try:
+            _sweep_backups(work)
+        except (OSError, MokkaError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            failures.append(f"{STATE_DIR}/backups/{work.manifest.owner} ({reason})")
     if failures:
         raise HostPathError(
             f"could not remove {', '.join(failures)}; kept in the manifest for the next try"
         )
+
+
+def _sweep_backups(work: Convergence) -> None:
+    """Remove the backups a kill left that the owner's manifest no longer names.
+
+    Asked on a discard, the owner's last converge: its manifest then names
+    only the backups of paths that could not go (``mokka.backups.sweep``).
+    """
+    swept = backups.sweep(
+        work.backups_dir(), work.manifest.owner, set(work.manifest.backups.values())
+    )
+    if swept:
+        logger.info("%s: removed %d backup file(s) a killed process left (their files are in "
+                    "place)", work.manifest.owner, len(swept))
 
 
 def _placed_parents(work: Convergence, wanted: set[str]) -> set[str]:
@@ -148,9 +168,15 @@ def _remove(work: Convergence, norm: str) -> None:
         work.removed.append(norm)
         return
     backup = work.manifest.backups.get(norm)
-    # Checked before anything is removed: a backup that cannot be trusted
-    # leaves our file in place, recorded, rather than the node without either.
-    saved = backups.load(norm, backup, work.backups_dir(), work.manifest.owner) if backup else None
+    saved = None
+    if backup:
+        owner, store = work.manifest.owner, work.backups_dir()
+        if not backups.present(backup, store, owner):
+            _forget_restored(work, norm, real)
+            return
+        # Checked before anything is removed: a backup that cannot be trusted
+        # leaves our file in place, recorded, rather than the node without either.
+        saved = backups.load(norm, backup, store, owner)
     # A process killed between writing the temp file and renaming it
     # leaves the temp file beside the path (``WriteBatch.write``); it is ours too.
     fsops.unlink(temp_name(real))
@@ -165,10 +191,32 @@ def _remove(work: Convergence, norm: str) -> None:
         )
         work.manifest.note("remove", norm)
         return
-    if saved is not None:
+    if saved is None:
+        work.manifest.note("remove", norm)
+    else:
         backups.restore(Path(real), saved)
-    work.manifest.note("remove", norm)
+        # Forgotten on disk before the backup goes: a kill in between leaves a
+        # record whose backup is still there (``mokka.backups``).
+        work.manifest.note("remove", norm, durable=True)
+        backups.drop(saved)
     work.removed.append(norm)
+
+
+def _forget_restored(work: Convergence, norm: str, real: str) -> None:
+    """Forget a recorded path whose backup is gone: what stands there is the user's again.
+
+    A backup goes only after the manifest forgot its path; one that is
+    gone while still named was restored by a release that dropped it
+    first and was killed before forgetting the path.  Whatever is there
+    now is the file the backup held: it stays, and so does a path with
+    nothing there (there is nothing to put back).
+    """
+    if os.path.lexists(real):
+        logger.warning(
+            "leaving %s in place: its backup is gone, so it was restored by a process killed "
+            "before forgetting it", norm,
+        )
+    work.manifest.note("remove", norm)
 
 
 def _unmount(work: Convergence, norm: str, real: str) -> None:

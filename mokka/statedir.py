@@ -222,6 +222,10 @@ class StateDir:
             return []
         left: list[str] = []
         for sub in ("manifests", "backups"):
+            if os.path.islink(state / sub):
+                # Planted: named, never walked (it could lead out of the root).
+                left.append("/" + (state / sub).relative_to(self.root).as_posix())
+                continue
             for dirpath, _dirnames, filenames in os.walk(state / sub):
                 for name in sorted(filenames):
                     rel = (Path(dirpath) / name).relative_to(self.root).as_posix()
@@ -258,5 +262,8 @@ def _holds_a_file(directory: Path) -> bool:
 
     What ``StateDir.cleanup`` asks after every converge: the answer is
     nearly always yes, at the first name, where ``leftovers`` lists them all.
+    A link in its place counts as a file, and is not followed.
     """
+    if os.path.islink(directory):
+        return True
     return any(filenames for _dirpath, _dirnames, filenames in os.walk(directory))

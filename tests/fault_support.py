@@ -19,15 +19,27 @@ the chosen one.  The phases are read from the daemon's own log records:
   would change) and this phase runs to the next ``reconcile pass`` record,
   after which the daemon sends itself SIGTERM (without a change, asked
   for, it does so after the first pass);
-* ``teardown``: from the ``teardown: stopping daemons`` record to the end.
+* ``teardown``: from the ``teardown: stopping daemons`` record to the end
+  (the revokes, the reset of the runtime overrides, the discards).
 
 A calibration run (no kill) reports how many writes each phase made; a run
-then picks its kill point uniformly among them (seeded).  The same seed gives
-the same plan; the log of every run is kept beside its root.
+then picks its kill point uniformly among them (seeded), or, for teardown,
+at every one of them in turn (``every_step``).  The same seed gives the same
+plan; the log of every run is kept beside its root, and the write a run was
+killed at is named in it.
+
+The roots the runs start from hold what a node holds: a few files of the
+user's (``plant_user_files``) and, for the every-step runs, a file of the
+user's at *every* path the daemon replaces (``plant_replaced``: found by a
+survey run, each backed up and restored by the daemon) and a link at the
+overrides lock, which ``mokka ctl`` replaces (``CTL_EDIT`` runs after the
+first pass, so that teardown's reset of the runtime overrides has them to
+remove).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import json
@@ -43,6 +55,7 @@ from pathlib import Path
 
 import attrs
 
+from mokka.layout import MOKKA_STATE_DIR, OVERRIDES
 from tests.support import ROOT, snapshot
 
 #: The phases a kill can be aimed at, in the order a daemon lives them.
@@ -65,6 +78,10 @@ _WRITE_EVENTS = {
     "os.mkfifo": 0,
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+#: Modules whose functions only carry out a write another function asks for:
+#: a step is named after the function asking (``removal._remove``, not ``fsops.unlink``).
+_HELPER_MODULES = ("fsops", "private_files", "reader")
+_MOKKA = str(ROOT / "mokka") + os.sep
 
 
 # --------------------------------------------------------------------------
@@ -83,7 +100,16 @@ class _Injector:
     change_text: str | None
     #: Without a change: SIGTERM after the first pass (a ``--once`` run: never).
     stop_after_first: bool = False
+    #: ``mokka ctl`` arguments run once the first pass is done, before that SIGTERM.
+    ctl_argv: list[str] | None = None
+    #: Where the write a run is killed at is written (the log), before the kill.
+    kill_note: str | None = None
+    #: Kill at the ``kill_at``-th write of this teardown step (``step_of``), not at a write number.
+    target_step: str | None = None
     counts: dict[str, int] = attrs.field(factory=lambda: dict.fromkeys((*PHASES, "idle"), 0))
+    #: Every write of teardown, in order: its step (``step_of``) and path under the root.
+    steps: list[tuple[str, str]] = attrs.field(factory=list)
+    step_counts: dict[str, int] = attrs.field(factory=dict)
     phase: str = "first"
     passes: int = 0
 
@@ -101,11 +127,27 @@ class _Injector:
             return
         if not isinstance(path, (str, bytes, os.PathLike)):
             return  # a descriptor: its open was counted
-        if not os.fsdecode(path).startswith(self.root):
+        path = os.fsdecode(path)
+        if not path.startswith("/"):
+            path = _beneath_dir_fd(event, path, args, self.root)
+        if not path.startswith(self.root):
             return
         self.counts[self.phase] += 1
+        rel = path[len(self.root):]
+        if self.phase == "teardown":
+            step = step_of(event, rel, sys._getframe(1))
+            self.steps.append((step, rel))
+            seen = self.step_counts[step] = self.step_counts.get(step, 0) + 1
+            if step == self.target_step and seen == self.kill_at:
+                self._kill(f"teardown step {step!r}, occurrence {seen}: {rel}")
         if self.phase == self.target and self.counts[self.phase] == self.kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+            self._kill(f"{self.phase} write {self.kill_at}: {event} {rel}")
+
+    def _kill(self, where: str) -> None:
+        if self.kill_note is not None:
+            with open(self.kill_note, "a") as note:
+                note.write(f"KILLED at {where}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def on_record(self, record: logging.LogRecord) -> None:
         if record.msg == "reconcile pass %s":
@@ -113,6 +155,11 @@ class _Injector:
             if self.phase == "first":
                 if self.change_path is None:
                     self.phase = "idle"
+                    if self.ctl_argv is not None:
+                        from mokka import ctl
+
+                        if ctl.main(self.ctl_argv) != 0:
+                            raise AssertionError(f"mokka ctl {self.ctl_argv} failed")
                     if self.stop_after_first:
                         os.kill(os.getpid(), signal.SIGTERM)
                     return
@@ -126,6 +173,51 @@ class _Injector:
                 os.kill(os.getpid(), signal.SIGTERM)
         elif isinstance(record.msg, str) and record.msg.startswith("teardown: stopping daemons"):
             self.phase = "teardown"
+
+
+def _beneath_dir_fd(event: str, path: str, args: tuple, root: str) -> str:
+    """A relative path's absolute one: relative to the directory descriptor the event
+    names last (``os.remove(name, dir_fd=...)``).  ``open`` names none: the daemon
+    opens a relative name only beneath its root (``mokka.state.reader.open_parent``),
+    so it is counted there, by its name alone."""
+    dir_fd = args[-1] if event != "open" else None
+    if isinstance(dir_fd, int) and not isinstance(dir_fd, bool):
+        with contextlib.suppress(OSError):
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+    return os.path.join(root, "...", path)
+
+
+def step_of(event: str, rel: str, frame) -> str:
+    """Which step of teardown a write is: the event, the Mokka function (and line) that
+    asked for it, and what kind of path it is; the same step in every run, whatever
+    order the concurrent discards interleave in."""
+    site = "?"
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        module = Path(filename).stem
+        if filename.startswith(_MOKKA) and module not in _HELPER_MODULES:
+            site = f"{module}.{frame.f_code.co_name}:{frame.f_lineno}"
+            break
+        frame = frame.f_back
+    return f"{event} {site} {_path_kind(rel)}"
+
+
+def _path_kind(rel: str) -> str:
+    state = MOKKA_STATE_DIR.lstrip("/")
+    if rel.startswith(f"{state}/backups/"):
+        return "backup record" if rel.endswith(".mode") else "backup"
+    if rel.startswith(f"{state}/manifests/"):
+        return "manifest " + rel.rpartition("/")[2].partition(".")[2]
+    if rel.startswith(state):
+        return "state directory"
+    if rel.startswith(".mokka-"):
+        return "record of parents"
+    if rel.endswith(".mokka-tmp"):
+        return "temp file"
+    name = rel.rpartition("/")[2]
+    if name.startswith(OVERRIDES.rpartition("/")[2]):
+        return name
+    return "node path"
 
 
 def _run_child(request: dict) -> None:
@@ -149,6 +241,9 @@ def _run_child(request: dict) -> None:
                 change_path=request.get("change_path"),
                 change_text=request.get("change_text"),
                 stop_after_first=bool(request.get("stop_after_first")),
+                ctl_argv=request.get("ctl_argv"),
+                target_step=request.get("target_step"),
+                kill_note=request["log"],
             )
             factory = logging.getLogRecordFactory()
 
@@ -163,7 +258,9 @@ def _run_child(request: dict) -> None:
 
         code = main(request["argv"])
         if injector is not None and request.get("report"):
-            Path(request["report"]).write_text(json.dumps(injector.counts))
+            Path(request["report"]).write_text(
+                json.dumps({"counts": injector.counts, "steps": injector.steps})
+            )
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -217,7 +314,7 @@ def _serve_one(request: dict) -> dict:
         result["code"] = os.WEXITSTATUS(status)
     report = request.get("report")
     if report and os.path.exists(report):
-        result["counts"] = json.loads(Path(report).read_text())
+        result.update(json.loads(Path(report).read_text()))
     return result
 
 
@@ -353,12 +450,70 @@ def planted_root(root: Path) -> dict[str, tuple]:
     return snapshot(root)
 
 
+def is_bookkeeping(path: str) -> bool:
+    """Mokka's own records (the state directory, the record of its parents)."""
+    state = MOKKA_STATE_DIR.lstrip("/")
+    return path.startswith((".mokka-", state + "/")) or path == state
+
+
+def touched_paths(server: Zygote, work: Path) -> dict[str, str]:
+    """Every path a ``--once`` pass creates under a root with the usual user files (→ type)."""
+    root = work / "node"
+    before = planted_root(root)
+    once, log = server.daemon(root, work, "--once")
+    assert once.get("code") == 0, log.read_text(errors="replace")[-4000:]
+    after = snapshot(root)
+    touched = {path: after[path][0] for path in sorted(set(after) - set(before))}
+    assert server.cleanup(root, log) == 0, log.read_text(errors="replace")[-4000:]
+    assert snapshot(root) == before
+    return touched
+
+
+#: The lock of the runtime overrides, which ``mokka ctl`` replaces: a link of
+#: the user's stands there in the every-step runs (the file itself must be a
+#: regular file for ``mokka ctl`` to edit, and a daemon start resets it).
+OVERRIDES_LOCK = OVERRIDES.lstrip("/") + ".lock"
+
+
+#: Where the driver tree is published: on a node it is the driver container's,
+#: and the daemon refuses to replace anything there (``docs/gpudriver.md``),
+#: so a file of the user's there would only keep teardown's withdrawal from running.
+PUBLISHED_DRIVER = "run/nvidia/driver"
+
+
+def ctl_edit(root: Path) -> list[str]:
+    """A ``mokka ctl`` change under ``root``: it records and writes the overrides file and lock."""
+    return ["--root", str(root), "temp", "--gpu", "0", "--celsius", "70"]
+
+
+def plant_replaced(root: Path, touched: dict[str, str]) -> dict[str, tuple]:
+    """``planted_root`` plus a file of the user's at every path the daemon replaces.
+
+    Every file, link and device node a pass writes (``touched_paths``) is
+    there before the daemon comes, as on a node set up by hand or by an
+    earlier installer (the CDI specs, the driver tree, the NFD feature
+    file...), so every one is backed up, replaced, and restored at
+    teardown; the overrides lock is a link of the user's.  Its snapshot.
+    """
+    planted_root(root)
+    for path, kind in touched.items():
+        if kind == "dir" or is_bookkeeping(path) or path == PUBLISHED_DRIVER:
+            continue
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(f"the user's own /{path}\n")
+    (root / OVERRIDES_LOCK).parent.mkdir(parents=True, exist_ok=True)
+    (root / OVERRIDES_LOCK).symlink_to("the-users-lock")
+    return snapshot(root)
+
+
 @attrs.frozen
 class KillRun:
-    """One planned kill: which phase, at which write of it."""
+    """One planned kill: which phase, at which write of it (or occurrence of ``step``)."""
 
     phase: str
     kill_at: int
+    #: A teardown step (``step_of``): ``kill_at`` counts its occurrences only.
+    step: str | None = None
 
 
 def plan_kills(seed: int, counts: dict[str, int], runs: int) -> list[KillRun]:
@@ -403,6 +558,26 @@ def kill_and_clean(server: Zygote, work: Path, run: KillRun) -> KillOutcome:
     root = work / "node"
     before = planted_root(root)
     result, log = server.daemon(root, work, change=True, target=run.phase, kill_at=run.kill_at)
+    return _cleaned(server, root, before, run, result, log)
+
+
+def kill_step_and_clean(
+    server: Zygote, work: Path, run: KillRun, touched: dict[str, str]
+) -> KillOutcome:
+    """One every-step run: every replaced path planted, a ``mokka ctl`` change after the
+    first pass, SIGTERM, killed at ``run``'s teardown step; then cleanup, compared."""
+    root = work / "node"
+    before = plant_replaced(root, touched)
+    result, log = server.daemon(
+        root, work, stop_after_first=True, ctl_argv=ctl_edit(root),
+        target_step=run.step, kill_at=run.kill_at,
+    )
+    return _cleaned(server, root, before, run, result, log)
+
+
+def _cleaned(
+    server: Zygote, root: Path, before: dict[str, tuple], run: KillRun, result: dict, log: Path
+) -> KillOutcome:
     cleanup_code = server.cleanup(root, log)
     return KillOutcome(
         run=run,
@@ -422,6 +597,35 @@ def calibrate(server: Zygote, work: Path) -> dict[str, int]:
     assert result.get("code") == 0, f"calibration daemon: {result}\n{text[-4000:]}"
     assert snapshot(root) == before, "the calibration daemon did not leave the root as found"
     return result["counts"]
+
+
+def teardown_steps(server: Zygote, work: Path, touched: dict[str, str]) -> list[tuple[str, str]]:
+    """Every write of an every-step run's teardown, in order (step, path), nothing killed."""
+    root = work / "node"
+    before = plant_replaced(root, touched)
+    result, log = server.daemon(
+        root, work, stop_after_first=True, ctl_argv=ctl_edit(root),
+        report=str(work / "counts.json"),
+    )
+    text = log.read_text()
+    assert result.get("code") == 0, f"calibration daemon: {result}\n{text[-4000:]}"
+    assert snapshot(root) == before, "the calibration daemon did not leave the root as found"
+    return [tuple(step) for step in result["steps"]]
+
+
+def plan_every_step(steps: list[tuple[str, str]]) -> list[KillRun]:
+    """A kill at the first and at the last occurrence of every teardown step.
+
+    A step repeats once per path (the restore of each replaced file): its
+    first occurrence is a kill with all of that work still to do, its last
+    one with all of it done but the step's own last write.
+    """
+    counts = collections.Counter(step for step, _path in steps)
+    return [
+        KillRun("teardown", at, step)
+        for step in sorted(counts)
+        for at in sorted({1, counts[step]})
+    ]
 
 
 if __name__ == "__main__":

@@ -17,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from mokka import backups
 from mokka.errors import HostPathError, UntrustedBookkeepingError
 from mokka.host import STATE_DIR, Directory, File, Host, Symlink
+from mokka.layout import CONFIG_DIR
 from mokka.manifest import Manifest
+from mokka.state import overrides
 from tests.support import snapshot
 
 #: A uid that is neither root nor the test's: "someone else" (nobody).
@@ -297,3 +300,148 @@ def test_a_damaged_record_of_the_state_directorys_parents_is_refused_naming_it(
     marker.write_bytes(good)
     host.discard("t")
     assert snapshot(node_root) == {}
+
+
+# ---- a restore cut short by a kill ---------------------------------------------------
+
+CDI_SPEC = "/var/run/cdi/nvidia.yaml"
+
+
+def _users_spec_replaced(host: Host, node_root: Path) -> tuple[dict, Path]:
+    """The user's own CDI spec, replaced by a converge (so backed up); the root before."""
+    spec = node_root / CDI_SPEC.lstrip("/")
+    spec.parent.mkdir(parents=True)
+    spec.write_text("the user's own spec\n")
+    before = snapshot(node_root)
+    host.converge("cri-cdi", [File(CDI_SPEC, "mokka's spec\n")])
+    return before, spec
+
+
+def _restored_by_hand(host: Host, node_root: Path, spec: Path) -> None:
+    """What a kill after an earlier release's restore left: the backup moved back over
+    the path (its ``.mode`` record stays), the manifest still naming it."""
+    backups = node_root / STATE_DIR.lstrip("/") / "backups/cri-cdi"
+    (saved,) = [p for p in backups.iterdir() if not p.name.endswith(".mode")]
+    os.replace(saved, spec)
+    spec.chmod(0o644)  # as that restore had made it
+    assert CDI_SPEC in host.owned("cri-cdi")
+
+
+def test_a_restore_a_kill_cut_short_is_finished_by_cleanup(host: Host, node_root: Path):
+    before, spec = _users_spec_replaced(host, node_root)
+    _restored_by_hand(host, node_root, spec)
+    Host(node_root).discard_all()
+    assert snapshot(node_root) == before
+
+
+def test_a_converge_after_that_kill_backs_the_users_file_up_again(host: Host, node_root: Path):
+    """The next daemon start must not write over the user's file with no copy of it."""
+    before, spec = _users_spec_replaced(host, node_root)
+    _restored_by_hand(host, node_root, spec)
+    again = Host(node_root)
+    again.converge("cri-cdi", [File(CDI_SPEC, "mokka's spec, again\n")])
+    assert spec.read_text() == "mokka's spec, again\n"
+    again.discard_all()
+    assert spec.read_text() == "the user's own spec\n"
+    assert snapshot(node_root) == before
+
+
+def test_a_backup_goes_only_once_the_manifest_forgot_its_path(
+    host: Host, node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A kill between the restore and the backup's removal (here: the removal fails)
+    leaves nothing cleanup cannot finish, and the user's file in place."""
+    before, spec = _users_spec_replaced(host, node_root)
+
+    def killed(saved):
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(backups, "drop", killed)
+    with pytest.raises(SystemExit):
+        host.discard("cri-cdi")
+    monkeypatch.undo()
+    assert spec.read_text() == "the user's own spec\n"
+    assert CDI_SPEC not in Host(node_root).owned("cri-cdi")
+    Host(node_root).discard_all()
+    assert snapshot(node_root) == before
+
+
+def test_a_backup_no_manifest_names_is_swept_by_cleanup(host: Host, node_root: Path):
+    """A kill between a backup and its journal record: the file was never replaced."""
+    before, spec = _users_spec_replaced(host, node_root)
+    store = node_root / STATE_DIR.lstrip("/") / "backups"
+    backups.save("/etc/never-replaced", spec, os.lstat(spec), store, "cri-cdi")
+    host.discard_all()
+    assert snapshot(node_root) == before
+
+
+def test_a_link_planted_as_the_backups_directory_is_refused_never_followed(
+    node_root: Path, tmp_path: Path
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state = node_root / STATE_DIR.lstrip("/")
+    state.mkdir(parents=True, mode=0o700)
+    (state / "backups").symlink_to(outside)
+    (node_root / "etc").mkdir()
+    (node_root / "etc/motd").write_text("welcome\n")
+    host = Host(node_root)
+    with pytest.raises(UntrustedBookkeepingError, match=r"backups: Mokka bookkeeping is not a dir"):
+        host.converge("t", [File("/etc/motd", "ours\n")])
+    assert (node_root / "etc/motd").read_text() == "welcome\n"
+    with pytest.raises(HostPathError, match=rf"^left under the root: {STATE_DIR}/backups$"):
+        host.discard_all()
+    assert os.listdir(outside) == []
+    assert (state / "backups").is_symlink()
+
+
+# ---- the runtime overrides' reset ------------------------------------------------------
+
+
+def _config_dir(node_root: Path) -> Path:
+    config = node_root / CONFIG_DIR.lstrip("/")
+    config.mkdir(parents=True)
+    return config
+
+
+def test_a_reset_killed_half_way_leaves_no_lock_file_it_never_recorded(
+    node_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    config = _config_dir(node_root)
+    (config / "overrides.yaml").write_text("version: 1\n")
+
+    def killed(path, root):
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(overrides, "_unlink_beneath", killed)
+    with pytest.raises(SystemExit):
+        overrides.reset_file(config / "overrides.yaml", root=node_root)
+    assert sorted(os.listdir(config)) == ["overrides.yaml"]
+
+
+def test_a_link_planted_at_the_overrides_lock_is_the_users_and_stays(node_root: Path):
+    config = _config_dir(node_root)
+    lock = config / "overrides.yaml.lock"
+    lock.symlink_to("/elsewhere/lock")
+    (config / "overrides.yaml").write_text("version: 1\n")
+    assert overrides.reset_file(config / "overrides.yaml", root=node_root) is True
+    assert os.listdir(config) == ["overrides.yaml.lock"]
+    assert os.readlink(lock) == "/elsewhere/lock"
+
+
+@pytest.mark.timeout(20)
+def test_a_lock_replaced_each_time_it_is_locked_fails_instead_of_spinning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """What a writer sees while someone keeps swapping the lock file: an error naming it."""
+    path = tmp_path / "overrides.yaml"
+    swapped = iter(range(1, 1 << 30))
+
+    def another_inode(lpath, root):
+        st = os.lstat(lpath)
+        return os.stat_result((st.st_mode, st.st_ino + next(swapped), *tuple(st)[2:]))
+
+    monkeypatch.setattr(overrides, "_lstat_beneath", another_inode)
+    replaced = r"^\[Errno 11\] replaced each time it was locked .*overrides.yaml.lock"
+    with pytest.raises(OSError, match=replaced), overrides.locked(path):
+        pass

@@ -4,6 +4,10 @@
   teardown, each followed by ``mokka cleanup`` and a byte-for-byte comparison
   with the root as it was (user files planted first, some at paths the
   daemon overwrites, one setuid binary of another user);
+* SIGKILL at every step of teardown (the reset of the runtime overrides
+  included), on a root with a file of the user's at every path the daemon
+  replaces: each one backed up, and each kill landing somewhere between a
+  backup and the end of its restore;
 * a hostile root: a symlink planted at every path the daemon touches,
   pointing out of the root into sentinel directories that must stay as they
   were (absolute links, which the host re-roots, and relative ones climbing
@@ -33,13 +37,20 @@ from pathlib import Path
 import pytest
 
 from tests.fault_support import (
+    OVERRIDES_LOCK,
     PHASES,
+    PUBLISHED_DRIVER,
     KillOutcome,
     Zygote,
     calibrate,
+    is_bookkeeping,
     kill_and_clean,
+    kill_step_and_clean,
+    plan_every_step,
     plan_kills,
     planted_root,
+    teardown_steps,
+    touched_paths,
     zygote,
 )
 from tests.support import ROOT, require_tool, snapshot
@@ -66,7 +77,7 @@ def _tail(log: Path, lines: int = 30) -> str:
 
 def _describe(bad: list[KillOutcome]) -> str:
     return f"seed {SEED} (replay with MOKKA_KILL_SEED={SEED}):\n" + "\n\n".join(
-        f"killed in {o.run.phase} at write {o.run.kill_at} (killed={o.killed}): "
+        f"killed in {o.run.phase} at {o.run.step or 'write'} {o.run.kill_at} (killed={o.killed}): "
         f"cleanup exit {o.cleanup_code}, root restored: {o.restored}; log {o.log}:\n{_tail(o.log)}"
         for o in bad
     )
@@ -90,6 +101,36 @@ def test_a_kill_at_any_write_is_undone_by_cleanup_byte_for_byte(server: Zygote, 
     assert len(missed) <= KILL_RUNS // 10, _describe(missed)
 
 
+def test_a_kill_at_every_step_of_teardown_loses_no_file_of_the_users(
+    server: Zygote, tmp_path: Path
+):
+    """Every path the daemon replaces holds a file of the user's (and the
+    overrides lock a link), so teardown restores each from its backup; a kill
+    at the first and at the last occurrence of each of its steps (``step_of``:
+    the restore's writes, the journal's, the backups' removal, the reset of
+    the runtime overrides, the state directory's removal), then ``mokka
+    cleanup``: the root is byte for byte as it was, and cleanup says so."""
+    touched = touched_paths(server, tmp_path / "survey")
+    replaced = [p for p, kind in touched.items() if kind != "dir" and not is_bookkeeping(p)]
+    assert len(replaced) > 40, touched
+    steps = teardown_steps(server, tmp_path / "calibration", touched)
+    restored = {path for step, path in steps if step.startswith("open backups.restore")}
+    # Every replaced file was backed up and came back, but for the node's own
+    # kernel log (used as it is) and the driver's mount point (not planted).
+    assert set(replaced) - restored == {"dev/kmsg", PUBLISHED_DRIVER}, restored
+    plan = plan_every_step(steps)
+    reset = [run for run in plan if "overrides." in run.step]
+    assert {run.step.split()[-1] for run in reset} >= {"overrides.yaml", "overrides.yaml.lock"}
+    assert len(plan) < 80, plan  # each run is a whole daemon life: keep the test short
+    outcomes = [
+        kill_step_and_clean(server, tmp_path / f"step{i:02}", run, touched)
+        for i, run in enumerate(plan)
+    ]
+    bad = [o for o in outcomes if not o.killed or o.cleanup_code != 0 or not o.restored]
+    assert bad == [], _describe(bad)
+    assert (tmp_path / "step00/node" / OVERRIDES_LOCK).is_symlink()
+
+
 # ---- hostile roots -----------------------------------------------------------------
 
 
@@ -103,24 +144,6 @@ def _stop_after_first_pass(server: Zygote, root: Path, work: Path) -> tuple[int,
     return result.get("code", -1), log.read_text(errors="replace")
 
 
-def _touched_paths(server: Zygote, work: Path) -> dict[str, str]:
-    """Every path a ``--once`` pass creates under a root with the usual user files (→ type)."""
-    root = work / "node"
-    before = planted_root(root)
-    once, log = server.daemon(root, work, "--once")
-    assert once.get("code") == 0, _tail(log)
-    after = snapshot(root)
-    touched = {path: after[path][0] for path in sorted(set(after) - set(before))}
-    assert server.cleanup(root, log) == 0, _tail(log)
-    assert snapshot(root) == before
-    return touched
-
-
-def _bookkeeping(path: str) -> bool:
-    """Mokka's own records (the state directory, the record of its parents)."""
-    return path.startswith((".mokka-", "var/lib/mokka/")) or path == "var/lib/mokka"
-
-
 @pytest.mark.parametrize("links", ["absolute", "relative"])
 def test_symlinks_planted_at_every_path_reach_nothing_outside_the_root(
     server: Zygote, tmp_path: Path, links: str
@@ -130,7 +153,7 @@ def test_symlinks_planted_at_every_path_reach_nothing_outside_the_root(
     them real ones).  Absolute links are re-rooted (they name paths inside
     the root), relative ones that climb out are refused; either way the
     sentinels stay as they were and ``mokka cleanup`` restores the root."""
-    touched = _touched_paths(server, tmp_path / "survey")
+    touched = touched_paths(server, tmp_path / "survey")
     depth = {path: path.count("/") + 1 for path in touched}
     assert len(touched) > 50, touched
     failures: list[str] = []
@@ -149,11 +172,11 @@ def test_symlinks_planted_at_every_path_reach_nothing_outside_the_root(
                 else:
                     target = "../" * level + f"sentinel/{flat}"
                 (root / path).symlink_to(target)
-            elif depth[path] < level and touched[path] == "dir" and not _bookkeeping(path):
+            elif depth[path] < level and touched[path] == "dir" and not is_bookkeeping(path):
                 # Above the links: real directories, as a node would have them.
                 (root / path).mkdir(parents=True, exist_ok=True)
         planted_bookkeeping = any(
-            _bookkeeping(path) and (root / path).is_symlink() for path in touched
+            is_bookkeeping(path) and (root / path).is_symlink() for path in touched
         )
         before, guarded = snapshot(root), snapshot(sentinel)
         _, cleanup, log = _once_and_cleanup(server, root, work)

@@ -74,7 +74,7 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def open_lock(path: Path, *, root: Path | None = None) -> int:
+def open_lock(path: Path, *, root: Path | None = None, create: bool = True) -> int:
     """A descriptor of ``<path>.lock``, created if missing, never through a symlink.
 
     ``O_NOFOLLOW``: a planted ``overrides.yaml.lock`` symlink would otherwise
@@ -83,10 +83,13 @@ def open_lock(path: Path, *, root: Path | None = None) -> int:
     or a device in its place is refused, not opened for good.  Refusals are
     ``OSError``s naming the lock file, as any failure to open it would be.
     ``root``: no directory on the way from it is followed either.
+    ``create=False``: a missing lock file is a ``FileNotFoundError``, not made.
     """
     lpath = lock_path(path)
     # CLOEXEC: a lock must not outlive this process in a child it spawns
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+    if create:
+        flags |= os.O_CREAT
     dir_fd: int | None = None
     try:
         dir_fd, name = open_parent(lpath, root)
@@ -123,21 +126,37 @@ def _flock(fd: int, timeout: float | None) -> bool:
             time.sleep(0.02)
 
 
+#: Times ``locked`` opens the lock file again because the one it locked was
+#: replaced meanwhile.  A reset replaces it once per waiter; a path that
+#: never keeps naming the file just locked is someone swapping it, and
+#: ``locked`` must fail saying so rather than spin on it.
+RELOCK_ATTEMPTS = 100
+
+
 @contextlib.contextmanager
 def locked(
-    path: Path, *, timeout: float | None = None, root: Path | None = None
+    path: Path, *, timeout: float | None = None, root: Path | None = None, create: bool = True
 ) -> Iterator[bool]:
     """Hold the exclusive ``flock`` on ``<path>.lock`` (blocking until it is ours).
 
     ``reset_file`` unlinks the lock file while holding it; a writer that was
     waiting then holds a lock on an unlinked inode, so it checks that the
-    path still names its inode and retries otherwise.  With ``timeout``,
-    yields ``False`` (without the lock) once that many seconds passed.
-    ``root``: see ``open_lock``.
+    path still names its inode and retries otherwise (``RELOCK_ATTEMPTS``
+    times at most, then an ``OSError`` naming the lock file).  With
+    ``timeout``, yields ``False`` (without the lock) once that many seconds
+    passed.  ``root``: see ``open_lock``.  ``create=False``: a missing lock
+    file is not made; that yields ``False`` at once (no writer holds a
+    lock file that does not exist).
     """
     lpath = lock_path(path)
-    while True:
-        fd = open_lock(path, root=root)
+    for _attempt in range(RELOCK_ATTEMPTS):
+        try:
+            fd = open_lock(path, root=root, create=create)
+        except FileNotFoundError:
+            if create:
+                raise
+            yield False
+            return
         try:
             held_lock = _flock(fd, timeout)
             if not held_lock:
@@ -157,6 +176,9 @@ def locked(
             os.close(fd)
             raise
         os.close(fd)
+    else:
+        raise OSError(errno.EAGAIN, f"replaced each time it was locked ({RELOCK_ATTEMPTS} times), "
+                      "expected the lock file Mokka creates to stay", str(lpath))
     try:
         yield held_lock
     finally:
@@ -322,19 +344,52 @@ def reset_file(path: Path, *, root: Path | None = None) -> bool:
     to reset yet).  ``root``: the node root the file lies beneath; no link
     on the way is followed (a directory swapped for one is an ``OSError``).
     A lock held for longer than ``RESET_LOCK_TIMEOUT`` is not waited for.
+
+    Nothing is created: a missing lock file is not made to be taken (no
+    writer holds one that does not exist), so a reset killed half way
+    leaves nothing that no manifest records.  Beneath a ``root``, a
+    symlink at either name is never what Mokka writes there: it is the
+    user's (or planted), so it stays as it is, unfollowed, like any file
+    a converge would back up and put back (the manifests of
+    ``MANIFEST_OWNERS`` put back one ``mokka ctl`` replaced).  Anything
+    else that is not a regular file (a FIFO, say) goes with the runtime
+    state, unfollowed, and so does a link at the lock's name of a file
+    outside the root (``--overrides``): a real lock file takes its place.
     """
     if not path.parent.is_dir():
         return False
+    if root is not None and _is_link(path, root):
+        logger.warning("%s: a symbolic link, expected the overrides file; left in place, "
+                       "not followed", path)
+        return False
     lpath = lock_path(path)
-    with contextlib.suppress(FileNotFoundError):
-        if not stat.S_ISREG(_lstat_beneath(lpath, root).st_mode):
-            # Not a lock Mokka made (a planted symlink, say): it goes, unfollowed,
-            # like any runtime state, and a real lock file takes its place.
-            _unlink_beneath(lpath, root)
-    with locked(path, timeout=RESET_LOCK_TIMEOUT, root=root):
+    lock = _lstat_or_none(lpath, root)
+    planted = lock is not None and not stat.S_ISREG(lock.st_mode)
+    if planted and root is not None and stat.S_ISLNK(lock.st_mode):
+        # ``mokka ctl`` refuses to lock through it too: there is no writer to wait for.
+        logger.warning("%s: a symbolic link, expected the lock file Mokka creates; "
+                       "left in place, not followed", lpath)
         removed = _unlink_beneath(path, root)
-        # unlink the lock while holding it: waiters notice and re-open (see ``locked``)
-        _unlink_beneath(lpath, root)
+    else:
+        if planted:
+            _unlink_beneath(lpath, root)
+        with locked(path, timeout=RESET_LOCK_TIMEOUT, root=root, create=False):
+            removed = _unlink_beneath(path, root)
+            # unlink the lock while holding it: waiters notice and re-open (see ``locked``)
+            _unlink_beneath(lpath, root)
     if removed:
         logger.info("reset runtime overrides %s", path)
     return removed
+
+
+def _lstat_or_none(path: Path, root: Path | None) -> os.stat_result | None:
+    """``_lstat_beneath``, ``None`` when nothing is there."""
+    try:
+        return _lstat_beneath(path, root)
+    except FileNotFoundError:
+        return None
+
+
+def _is_link(path: Path, root: Path | None) -> bool:
+    st = _lstat_or_none(path, root)
+    return st is not None and stat.S_ISLNK(st.st_mode)
