@@ -59,11 +59,25 @@ def parse_unsigned(value: bytes | None) -> int | None:
     return number if number < 1 << 64 else None
 
 
+def sanitise_utf8(data: bytes) -> bytes:
+    """``data`` with each byte outside well-formed UTF-8 replaced by ``?``, as the library reads it."""
+    out = bytearray()
+    while True:
+        try:
+            data.decode()
+        except UnicodeDecodeError as error:
+            out += data[:error.start] + b"?" * (error.end - error.start)
+            data = data[error.end:]
+        else:
+            return bytes(out + data)
+
+
 def parse_engine_config(data: bytes) -> dict[bytes, bytes] | None:
     """The entries of a valid engine config (later duplicates win); None
     when the library must refuse the file."""
     if len(data) > MAX_BYTES or b"\0" in data:
         return None
+    data = sanitise_utf8(data)
     entries: dict[bytes, bytes] = {}
     for raw in data.split(b"\n"):
         line = raw.rstrip(b"\r \t")

@@ -92,6 +92,22 @@ def _json_of(argv: list[str], native_dir: Path, config: Path, extra: dict[str, s
     return json.loads(result.stdout)
 
 
+def open_files(pid: int, suffix: str) -> list[tuple[int, str]]:
+    """(inode, path) of each descriptor process ``pid`` holds on a path ending in
+    ``suffix`` (``/config/generation``: the library's change notice), in fd order."""
+    found = []
+    fds = Path(f"/proc/{pid}/fd")
+    for fd in sorted(fds.iterdir(), key=lambda p: int(p.name)):
+        try:
+            target = os.readlink(fd)
+            inode = os.stat(fd).st_ino
+        except FileNotFoundError:
+            continue  # closed meanwhile
+        if target.endswith(suffix):
+            found.append((inode, target))
+    return found
+
+
 def run_smi(
     binary: Path, native_dir: Path, config: Path, *args: str
 ) -> subprocess.CompletedProcess:

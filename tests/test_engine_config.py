@@ -192,6 +192,8 @@ def test_kept_device_blocks_render_exactly_what_a_fresh_render_does():
         ({"name": "two\nlines"}, r"device\.0\.name: .*without newlines"),
         # a C1 control: the C reader would take it, but no YAML reader reads the file
         ({"name": "NVIDIA H100\x9b31m"}, r"device\.0\.name: .*without newlines"),
+        # a lone surrogate has no UTF-8 spelling, and NVML clients decode names as UTF-8
+        ({"name": "NVIDIA \udcffH100"}, r"device\.0\.name: .*expected UTF-8 text"),
         ({"failure": Failure(mode="melted")}, r"gpu 0: failure\.mode: got 'melted'"),
     ],
 )

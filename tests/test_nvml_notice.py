@@ -33,7 +33,7 @@ from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from tests.gpudriver_support import node_paths, symlink_settings
-from tests.nvml_support import compiler, load_target, node_path, write_config
+from tests.nvml_support import compiler, load_target, node_path, open_files, write_config
 from tests.podresources_support import Pod, PodResourcesServer, compile_api
 from tests.support import require_tool
 from tests.test_nvml_workload import polls
@@ -105,6 +105,10 @@ class Reader:
         """The GPU percent of exactly one nvmlDeviceGetUtilizationRates call."""
         return int(self._call(f"util {index}"))
 
+    def open_counters(self) -> list[tuple[int, str]]:
+        """(inode, path) of every counter file the reader holds open."""
+        return open_files(self.proc.pid, "/config/generation")
+
     def mapped_counters(self) -> list[tuple[str, int, str]]:
         """(permissions, inode, path) of every mapping of a counter file in the reader."""
         found = []
@@ -174,8 +178,9 @@ def test_a_staged_change_is_seen_by_the_next_call_of_a_running_client(staged, ho
     try:
         assert reader.uuid() == uuid_of(a)
         counter_file = host.resolve(layout.CONFIG_GENERATION)
-        # Mapped read-only and shared: the daemon's in-place writes show through.
-        assert reader.mapped_counters() == [("r--s", counter_file.stat().st_ino, str(counter_file))]
+        # Held open and read with pread, never mapped: a truncated file cannot fault.
+        assert reader.open_counters() == [(counter_file.stat().st_ino, str(counter_file))]
+        assert reader.mapped_counters() == []
 
         inode = counter_file.stat().st_ino
         stage(b)
@@ -211,8 +216,8 @@ def test_a_config_renamed_without_a_bump_waits_for_the_bump(staged, host: Host):
     stage(a)  # the simulator's own content again, so discard finds it as staged
 
 
-def test_a_replaced_counter_file_is_mapped_again(staged, host: Host):
-    """Discard and a new stage make a new counter file: the stat schedule maps it."""
+def test_a_replaced_counter_file_is_opened_again(staged, host: Host):
+    """Discard and a new stage make a new counter file: the stat schedule opens it."""
     sim, stage = staged
     a, b = node("node-a"), node("node-b")
     stage(a)
@@ -231,8 +236,8 @@ def test_a_replaced_counter_file_is_mapped_again(staged, host: Host):
         second = host.resolve(layout.CONFIG_GENERATION).stat().st_ino
         assert second != first
         assert reader.uuid() == uuid_of(b)
-        mapped = {inode for _perm, inode, _path in reader.mapped_counters()}
-        assert second in mapped  # the new file, mapped by the call that saw b
+        # the new file, opened in the old one's place by the call that saw b
+        assert [inode for inode, _path in reader.open_counters()] == [second]
     finally:
         log = reader.close()
     assert log.count("change notice") == 2
@@ -249,6 +254,7 @@ def test_without_a_counter_file_the_stat_schedule_still_sees_changes(tmp_path: P
     try:
         assert reader.uuid() == uuid_of(a)
         assert reader.mapped_counters() == []
+        assert reader.open_counters() == []
         write_config(root, b)
         assert reader.uuid() == uuid_of(b)
     finally:

@@ -8,6 +8,11 @@
  * entry table and the lookup tables over it (lookup.c).  Every length is
  * checked, and anything malformed rejects the whole file (the library then
  * keeps the previous good snapshot, or fails nvmlInit when there is none).
+ * A file that is no regular file (a FIFO, a directory), or that changed
+ * size while it was read, is malformed too.  Bytes that are not UTF-8
+ * become '?' before the text is split: every string the library returns
+ * comes from this text, and a client decoding it as UTF-8 (as NVIDIA's
+ * Python binding does) must never meet a byte no driver would return.
  *
  * This file owns the text: reading the file, splitting it into sorted,
  * unique entries and freeing a snapshot.  Finding a key in the entries is
@@ -127,6 +132,47 @@ static int parse_line(char *line, size_t lineno, struct mock_entry *out, char *e
     return 1;
 }
 
+/* The length of the well-formed UTF-8 sequence at `p` (at most `left`
+ * bytes long), or 0: a stray continuation byte, a truncated sequence, an
+ * overlong spelling, a surrogate or a code point past U+10FFFF. */
+static size_t utf8_sequence(const unsigned char *p, size_t left)
+{
+    unsigned char c = p[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+        return 0;
+    if (n > left || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* Replaces every byte that is not part of well-formed UTF-8 with '?', in
+ * place.  The length stays: nothing a parse depends on moves. */
+static void sanitise_utf8(char *text, size_t len)
+{
+    unsigned char *p = (unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_sequence(p + i, len - i);
+        if (n == 0) {
+            p[i++] = '?';
+            continue;
+        }
+        i += n;
+    }
+}
+
 static int build_table(struct mock_config *cfg, char *err, size_t errlen)
 {
     size_t lines = 1;
@@ -190,6 +236,7 @@ struct mock_config *mock_config_parse(const char *text, size_t len, const char *
     }
     memcpy(cfg->text, text, len);
     cfg->text[len] = '\0';
+    sanitise_utf8(cfg->text, len);
     if (strlen(dir) >= sizeof cfg->dir) {
         snprintf(err, errlen, "config directory path too long");
         mock_config_free(cfg);
@@ -246,14 +293,17 @@ int mock_same_file(const struct stat *a, const struct stat *b)
 struct mock_config *mock_config_load(const char *path, int *missing, char *err, size_t errlen)
 {
     *missing = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = mock_open_regular(path, &st);
     if (fd < 0) {
         *missing = errno == ENOENT || errno == ENOTDIR;
-        snprintf(err, errlen, "cannot open: %s", strerror(errno));
+        if (errno == EINVAL || errno == EISDIR)
+            snprintf(err, errlen, "not a regular file");
+        else
+            snprintf(err, errlen, "cannot open: %s", strerror(errno));
         return NULL;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > MOCK_MAX_CONFIG_BYTES) {
+    if (st.st_size > MOCK_MAX_CONFIG_BYTES) {
         snprintf(err, errlen, "not a regular file of at most %u bytes", MOCK_MAX_CONFIG_BYTES);
         close(fd);
         return NULL;
@@ -274,6 +324,13 @@ struct mock_config *mock_config_load(const char *path, int *missing, char *err, 
         got += (size_t)r;
     }
     close(fd);
+    if (got != len) {
+        /* cut short (or failing) while being read: a prefix of a file is
+         * not the file, and would parse as one with keys missing */
+        snprintf(err, errlen, "read %zu of its %zu bytes: changed while being read", got, len);
+        free(text);
+        return NULL;
+    }
     char dir[4096];
     const char *slash = strrchr(path, '/');
     size_t dirlen = slash == NULL ? 0 : (slash == path ? 1 : (size_t)(slash - path));

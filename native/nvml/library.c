@@ -9,14 +9,25 @@
  *
  * Noticing a change (docs/engine-config.md, "Change notice"): the daemon
  * bumps an 8-byte counter, `generation` beside the config, after it has
- * renamed a new config or workload file into place.  The library maps that
- * file read-only and shared at init, so every call compares the counter
- * with the value the current snapshot was loaded at: one load, no system
- * call, and a change is seen by the very next call.  The config is also
- * stat'ed at most once a second (CLOCK_REALTIME_COARSE decides when): that
+ * renamed a new config or workload file into place.  The library keeps the
+ * file open from init and reads the counter with pread: a call compares it
+ * with the value the current snapshot was loaded at.  Not a mapping: a
+ * mapped page past the end of a file that was truncated faults (SIGBUS) in
+ * the client, and pread of a damaged file only comes back short, which
+ * keeps the last value read.  The read is a system call, so a process reads
+ * the counter in the first NOTICE_READS_PER_TICK calls of each tick of
+ * CLOCK_REALTIME_COARSE (the clock every call reads anyway) and later calls
+ * of that tick compare the value read last: a client making a few calls
+ * sees a change at its very next call, one spinning on calls within a tick,
+ * and the spinning one pays a few reads a tick, not one a call.  The config
+ * is also stat'ed at most once a second (the same clock decides when): that
  * is all an old daemon without the counter gets, and it is how a counter
  * file that was replaced (a new stage after a discard) is noticed and
- * mapped again.
+ * opened again.
+ *
+ * Every file is opened O_NONBLOCK and must be a regular file (fstat), so
+ * a FIFO, a device or a directory put in a file's place is refused at once
+ * instead of blocking the client in open() or read().
  *
  * The hot path takes no lock.  The current snapshot is a pointer read with
  * an acquire load; what keeps it alive is a reference each thread holds on
@@ -40,7 +51,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,9 +59,12 @@
 
 /* The change notice's size (its name: locate.c). */
 #define NOTICE_BYTES 8
-/* Mappings of replaced counter files are never unmapped (a thread may be
- * reading one); past this many the once-a-second schedule carries on alone. */
-#define NOTICE_MAX_MAPPINGS 16
+/* Calls of one coarse clock tick (4 ms at most) that read the counter; the
+ * rest of the tick's calls compare the value read last.  A reading costs
+ * a pread (a fraction of a microsecond): 64 of them a tick cost a spinning
+ * client under 1 % and let any client making fewer calls than that see a
+ * bump at its next call. */
+#define NOTICE_READS_PER_TICK 64
 
 /* One thread's reference on the snapshot it last used (see above).  The
  * thread-local is initial-exec: every call reads it, and the general model
@@ -76,16 +89,25 @@ static unsigned long long g_recheck_ns = MOCK_RECHECK_INTERVAL_NS; /* atomic: re
  * its file when this moved, so a reading needs no clock of its own. */
 unsigned long long mock_checks; /* read through mock_check_count (mock.h) */
 
-/* The counter g_notice points at: the mapped file, or g_no_notice (0)
- * without one.  g_loaded_notice is its value when the files were last
- * read.  Both pointer and value are read by every call (atomic). */
-static const unsigned long long g_no_notice;
-static const unsigned long long *g_notice = &g_no_notice;
+/* The counter file, open read-only: g_notice_fd is -1 without one (read
+ * by every call that reads the counter: atomic).  Once opened, the
+ * descriptor's number stays the library's for good (g_notice_held): a
+ * replaced file is dup3'ed onto it, so a thread reading it meanwhile reads
+ * the old file or the new one, never a descriptor the client opened
+ * since.  g_notice_value is the counter as last read (0 without a file),
+ * g_loaded_notice its value when the files were last read; every call
+ * compares the two (atomic).  g_notice_tick and g_notice_reads count the
+ * reads of the current clock tick (atomic, racy by design: a race only
+ * costs a read more or less). */
+static int g_notice_fd = -1;
+static int g_notice_held = -1;
+static unsigned long long g_notice_value;
 static unsigned long long g_loaded_notice;
+static unsigned long long g_notice_tick;
+static unsigned g_notice_reads;
 static char g_notice_path[PATH_MAX];
-static dev_t g_notice_dev;                /* identity of the mapped file */
+static dev_t g_notice_dev;                /* identity of the open file */
 static ino_t g_notice_ino;
-static unsigned g_notice_mappings;
 
 static __thread struct thread_cache t_cache __attribute__((tls_model("initial-exec")));
 static struct thread_cache *g_caches;     /* every registered thread's cache */
@@ -133,41 +155,92 @@ void mock_debug(const char *fmt, ...)
     fprintf(stderr, "mock-nvml: %s\n", line);
 }
 
-/* Called with g_lock held: map the counter file when it is there and not
- * the one already mapped (first sight, or replaced by a new stage).  The
- * previous mapping stays (a thread may be reading it); the pointer moves. */
+int mock_open_regular(const char *path, struct stat *st)
+{
+    /* O_NONBLOCK: opening a FIFO for reading waits for a writer otherwise */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        errno = S_ISDIR(st->st_mode) ? EISDIR : EINVAL;
+        return -1;
+    }
+    return fd;
+}
+
+/* Called with g_lock held: open the counter file when it is there and not
+ * the one already open (first sight, or replaced by a new stage).  The
+ * replacement takes the old descriptor's number (see g_notice_fd). */
 static void track_notice(void)
 {
-    if (g_notice_path[0] == '\0' || g_notice_mappings >= NOTICE_MAX_MAPPINGS)
+    if (g_notice_path[0] == '\0')
         return;
-    int fd = open(g_notice_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return; /* none (an older daemon, or torn down): the stat schedule alone */
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < NOTICE_BYTES ||
-        (g_notice != &g_no_notice && st.st_dev == g_notice_dev && st.st_ino == g_notice_ino)) {
+    int fd = mock_open_regular(g_notice_path, &st);
+    if (fd < 0)
+        return; /* none (an older daemon, or torn down), or damaged: the stat schedule alone */
+    if (g_notice_fd >= 0 && st.st_dev == g_notice_dev && st.st_ino == g_notice_ino) {
         close(fd);
         return;
     }
-    void *map = mmap(NULL, NOTICE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        mock_debug("cannot map change notice %s: %s", g_notice_path, strerror(errno));
-        return;
+    if (g_notice_held < 0) {
+        g_notice_held = fd;
+    } else {
+        int moved = dup3(fd, g_notice_held, O_CLOEXEC);
+        close(fd);
+        if (moved < 0) {
+            mock_debug("cannot open change notice %s: %s", g_notice_path, strerror(errno));
+            return;
+        }
     }
     g_notice_dev = st.st_dev;
     g_notice_ino = st.st_ino;
-    g_notice_mappings++;
-    __atomic_store_n(&g_notice, (const unsigned long long *)map, __ATOMIC_RELEASE);
-    mock_debug("change notice %s mapped", g_notice_path);
+    __atomic_store_n(&g_notice_fd, g_notice_held, __ATOMIC_RELEASE);
+    mock_debug("change notice %s opened", g_notice_path);
 }
 
-/* The counter as it is now (0 without a change notice).  Read it before
+/* Reads the counter into g_notice_value.  A file cut shorter than the
+ * counter (damaged: the daemon writes all 8 bytes in place) answers short
+ * and the last value read stands; so does a failed read. */
+__attribute__((noinline)) static void read_notice(void)
+{
+    int fd = __atomic_load_n(&g_notice_fd, __ATOMIC_ACQUIRE);
+    unsigned char raw[NOTICE_BYTES];
+    if (fd < 0 || pread(fd, raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+        return;
+    unsigned long long value = 0;
+    for (size_t i = sizeof raw; i-- > 0;)
+        value = value << 8 | raw[i]; /* little-endian, as the daemon writes it */
+    __atomic_store_n(&g_notice_value, value, __ATOMIC_RELEASE);
+}
+
+/* Whether this call reads the counter: the first NOTICE_READS_PER_TICK
+ * calls of the clock tick `now` do. */
+static inline int notice_due(unsigned long long now)
+{
+    if (__atomic_load_n(&g_notice_tick, __ATOMIC_RELAXED) != now) {
+        __atomic_store_n(&g_notice_tick, now, __ATOMIC_RELAXED);
+        __atomic_store_n(&g_notice_reads, 1, __ATOMIC_RELAXED);
+        return 1;
+    }
+    if (__atomic_load_n(&g_notice_reads, __ATOMIC_RELAXED) >= NOTICE_READS_PER_TICK)
+        return 0;
+    __atomic_add_fetch(&g_notice_reads, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+/* The counter as last read (0 without a change notice).  Read it before
  * the files it announces (docs/engine-config.md). */
 static unsigned long long notice_now(void)
 {
-    const unsigned long long *notice = __atomic_load_n(&g_notice, __ATOMIC_ACQUIRE);
-    return __atomic_load_n(notice, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&g_notice_value, __ATOMIC_ACQUIRE);
 }
 
 /* Reads and parses the config at `path` (mock_config_load) into a snapshot
@@ -220,6 +293,7 @@ static void refresh_locked(void)
         __atomic_store_n(&g_due_ns, now + g_recheck_ns, __ATOMIC_RELAXED);
         track_notice();
     }
+    read_notice();
     unsigned long long seen = notice_now();
     if (!scheduled && seen == g_loaded_notice)
         return; /* another thread got here first */
@@ -265,9 +339,11 @@ static nvmlReturn_t library_init(void)
         if (strcmp(notice_path, g_notice_path) != 0) {
             /* another config (tests load several): its own counter, if any */
             strcpy(g_notice_path, notice_path);
-            __atomic_store_n(&g_notice, &g_no_notice, __ATOMIC_RELEASE);
+            __atomic_store_n(&g_notice_fd, -1, __ATOMIC_RELEASE);
+            __atomic_store_n(&g_notice_value, 0, __ATOMIC_RELEASE);
         }
         track_notice();
+        read_notice();
         unsigned long long seen = notice_now(); /* before the file: see refresh_locked */
         struct stat stamp;
         struct mock_config *cfg = load_config(g_path, &stamp, &missing);
@@ -395,9 +471,12 @@ struct mock_config *mock_acquire(void)
         return tc->cfg;
     }
     /* The order matters: the value the snapshot was loaded at, then the
-     * counter, then the snapshot (see publish). */
-    unsigned long long loaded = __atomic_load_n(&g_loaded_notice, __ATOMIC_ACQUIRE);
+     * counter (read from its file first, when due), then the snapshot (see
+     * publish). */
     tc->now = coarse_ns();
+    if (__builtin_expect(notice_due(tc->now), 0))
+        read_notice();
+    unsigned long long loaded = __atomic_load_n(&g_loaded_notice, __ATOMIC_ACQUIRE);
     int stale = notice_now() != loaded || schedule_due(tc->now);
     struct mock_config *cur = __atomic_load_n(&g_current, __ATOMIC_ACQUIRE);
     if (__builtin_expect(stale || (cur != tc->cfg && cur != NULL), 0))
@@ -450,6 +529,12 @@ __attribute__((destructor)) static void library_cleanup(void)
         pthread_key_delete(g_cache_key);
         g_cache_key_made = 0;
     }
+    __atomic_store_n(&g_notice_fd, -1, __ATOMIC_RELEASE);
+    if (g_notice_held >= 0)
+        close(g_notice_held);
+    g_notice_held = -1;
+    g_notice_dev = 0;
+    g_notice_ino = 0;
     pthread_mutex_unlock(&g_lock);
     mock_events_cleanup();
     mock_failure_cleanup();

@@ -262,6 +262,11 @@ struct mock_config *mock_config_load(const char *path, int *missing, char *err, 
  * mtime, ctime): how the config and workload files are watched. */
 struct stat;
 int mock_same_file(const struct stat *a, const struct stat *b);
+/* Opens one of the library's files for reading (library.c): a descriptor
+ * and *st, or -1 with errno.  Non-blocking and for regular files only, so
+ * a FIFO, device or directory put in the file's place never blocks a
+ * client: refused with EINVAL (EISDIR for a directory). */
+int mock_open_regular(const char *path, struct stat *st);
 /* The length of a list, spelled `<list>.count` plus `<list>.<i>...` items:
  * 1 and *out when the count parses, cut to the entries the file has under
  * the items' prefix.  Every item has at least one key, so a larger count is
@@ -292,6 +297,10 @@ int mock_enum_lookup(const char *value, const struct mock_enum_name *table, size
  * NULL buf -> INVALID_ARGUMENT, missing value -> NOT_SUPPORTED, too small ->
  * INSUFFICIENT_SIZE. */
 nvmlReturn_t mock_copy_out(const char *value, char *buf, unsigned int length);
+/* Copies `value` into `length` bytes as NVML does where it truncates (a
+ * process name) rather than fails: cut at a character's boundary, so the
+ * copy stays well-formed UTF-8 as the value is (config.c). */
+void mock_truncate_copy(const char *value, char *buf, unsigned int length);
 
 /* ----------------------------------------------------------- library.c */
 

@@ -192,7 +192,7 @@ static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t
         snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", domain & 0xffff,
                  bus, slot, function);
         if (full)
-            snprintf(pci->busId, sizeof pci->busId, "%s", bus_id);
+            mock_truncate_copy(bus_id, pci->busId, sizeof pci->busId);
         if (to_switch) {
             pci->pciDeviceId = pci->pciSubSystemId = mock_nvswitch_pci_id(c.cfg);
         } else if (mock_find_bus_id(c.cfg, bus_id, &peer)) {

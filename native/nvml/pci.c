@@ -41,9 +41,9 @@ static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t 
     pci->pciSubSystemId =
         packed_id(cfg, pos, "pci.subsystem_vendor_id", "pci.subsystem_device_id");
     const char *legacy = mock_dev_get(cfg, pos, "pci.bus_id_legacy");
-    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%s", legacy ? legacy : "");
+    mock_truncate_copy(legacy ? legacy : "", pci->busIdLegacy, sizeof pci->busIdLegacy);
     const char *bus_id = mock_dev_get(cfg, pos, "pci.bus_id");
-    snprintf(pci->busId, sizeof pci->busId, "%s", bus_id ? bus_id : "");
+    mock_truncate_copy(bus_id ? bus_id : "", pci->busId, sizeof pci->busId);
 }
 
 /* The PCI info of a device into a local current record: every version

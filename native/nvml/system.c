@@ -75,7 +75,7 @@ MOCK_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, uns
             snprintf(field, sizeof field, "processes.%u.name", i);
             const char *value = mock_dev_get(cfg, pos, field);
             /* NVML truncates the name to the buffer rather than failing. */
-            snprintf(name, length, "%s", value ? value : "");
+            mock_truncate_copy(value ? value : "", name, length);
             r = NVML_SUCCESS;
             break;
         }

@@ -180,3 +180,18 @@ nvmlReturn_t mock_copy_out(const char *value, char *buf, unsigned int length)
     memcpy(buf, value, len + 1);
     return NVML_SUCCESS;
 }
+
+void mock_truncate_copy(const char *value, char *buf, unsigned int length)
+{
+    if (buf == NULL || length == 0)
+        return;
+    size_t len = strlen(value);
+    if (len >= length) {
+        len = length - 1;
+        /* back off to a character's first byte, so no sequence is cut */
+        while (len > 0 && ((unsigned char)value[len] & 0xc0) == 0x80)
+            len--;
+    }
+    memcpy(buf, value, len);
+    buf[len] = '\0';
+}

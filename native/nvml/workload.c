@@ -294,7 +294,7 @@ int mock_workload_process_name(const struct mock_config *cfg, unsigned pid, char
         struct mock_process p;
         for (unsigned i = 0; !found && mock_workload_process(cfg, wl, pos, i, &p); i++) {
             if (p.pid == pid) {
-                snprintf(name, length, "%s", p.name);
+                mock_truncate_copy(p.name, name, length);
                 found = 1;
             }
         }
