@@ -252,3 +252,27 @@ def test_an_unchanged_profile_is_parsed_once_while_the_overrides_change(
         with pytest.raises(SpecError, match="driver_verison"):
             compile_profile(profile_file, node_name="n", overrides=overrides)
     assert parsed == [str(profile_file)] * 4
+
+
+def _topology_of(path: Path, nodes: list[str]) -> Path:
+    path.write_text(yaml.safe_dump({"version": 1, "domains": [{
+        "name": "d", "uuid": "00000000-0000-0000-0000-000000000001",
+        "cliques": [{"id": 0, "nodes": nodes}]}]}))
+    return path
+
+
+def test_an_infiniband_fabric_no_spine_can_hold_is_a_bad_input(tmp_path: Path) -> None:
+    """255 nodes with HCAs: refused where the inputs are compiled (the last good
+    state stays), not by every Stage wave of the ib simulator."""
+    nodes = [f"n{i}" for i in range(255)]
+    topology = _topology_of(tmp_path / "topology.yaml", nodes)
+    with pytest.raises(SpecError) as info:
+        compile_profile("gb200", node_name="n0", topology=topology)
+    assert info.value.problems == (
+        f"{topology}: domains: 255 nodes in this node's InfiniBand fabric, expected at most "
+        "254 (one spine switch port per node)",)
+    # the largest fabric compiles; without HCAs, or for a node outside it, size is no matter
+    compile_profile("gb200", node_name="n0",
+                    topology=_topology_of(tmp_path / "254.yaml", nodes[:254]))
+    compile_profile("a100", node_name="n0", topology=topology)
+    compile_profile("gb200", node_name="elsewhere", topology=topology)

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import attrs
 import pytest
 import trio
 import trio_util
@@ -462,3 +463,98 @@ async def test_a_freshly_written_input_is_read_in_full_at_the_next_resync(
         stats = source.statistics()
         assert (stats.reloads, stats.unchanged_reads) == (3, 0)
         nursery.cancel_scope.cancel()
+
+
+# ---- a file read while it is rewritten in place ----------------------------------
+
+FULL = "version: 1\ndomains: []\n# the rest of a longer document\n"
+PREFIX = "version: 1\n"  # what an in-place writer has written so far: valid YAML too
+
+
+@attrs.define
+class InPlaceWriter:
+    """Rewrites one file the way ``open(path, "w")`` does (same inode, truncated, then
+    written), one step at a time: under the first ``races`` reads (between the reader's
+    ``fstat`` and its ``read``), then at each of the reader's settles.  Deterministic."""
+
+    path: Path
+    steps: list[str]
+    races: int = 0
+    settles: int = 0
+    _between_reads: bool = True
+
+    def step(self) -> None:
+        if self.steps:
+            with open(self.path, "r+") as out:  # in place: the inode is kept
+                out.truncate(0)
+                out.write(self.steps.pop(0))
+
+    def settle(self) -> None:
+        self.settles += 1
+        self.step()
+
+    def read(self, fd: int, size: int) -> bytes:
+        if self._between_reads and self.races > 0:
+            self.races -= 1
+            self.step()
+        data = os.read(fd, size)
+        self._between_reads = not data  # the end of one read: the next call starts another
+        return data
+
+
+def _at_rest(path: Path, text: str) -> None:
+    path.write_text(text)
+    an_hour_ago = os.stat(path).st_mtime_ns - 3600 * 10**9
+    os.utime(path, ns=(an_hour_ago, an_hour_ago))
+
+
+def _read_racing(monkeypatch: pytest.MonkeyPatch, writer: InPlaceWriter) -> str | None:
+    from mokka.state import reader
+
+    monkeypatch.setattr(reader, "os", SimpleNamespace(**{**vars(os), "read": writer.read}))
+    monkeypatch.setattr(reader, "_settle", writer.settle, raising=False)
+    return reader.read_input(writer.path, "the topology document")
+
+
+def test_a_file_truncated_during_the_read_is_read_again_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    path = tmp_path / "topology.yaml"
+    _at_rest(path, FULL)
+    writer = InPlaceWriter(path, [PREFIX, FULL], races=1)
+    assert _read_racing(monkeypatch, writer) == FULL
+    assert writer.steps == []
+
+
+def test_a_file_just_written_in_place_is_read_once_it_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    path = tmp_path / "topology.yaml"
+    path.write_text(PREFIX)  # the writer's first write, this instant; the rest comes next
+    writer = InPlaceWriter(path, [FULL])
+    assert _read_racing(monkeypatch, writer) == FULL
+    assert writer.settles == 1
+
+
+def test_a_file_at_rest_is_read_once_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    path = tmp_path / "topology.yaml"
+    _at_rest(path, FULL)
+    writer = InPlaceWriter(path, [PREFIX])
+    assert _read_racing(monkeypatch, writer) == FULL
+    assert writer.settles == 0
+
+
+def test_a_file_that_never_stops_changing_is_refused_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    path = tmp_path / "topology.yaml"
+    _at_rest(path, FULL)
+    writer = InPlaceWriter(path, [f"{PREFIX}# {i}\n" for i in range(20)], races=20)
+    with pytest.raises(SpecError) as info:
+        _read_racing(monkeypatch, writer)
+    assert info.value.problems == (
+        f"{path}: changed while being read (5 tries), expected the topology document at rest "
+        "(it is read again at its next change)",
+    )

@@ -298,13 +298,36 @@ def test_identical_foreign_file_is_adopted_untouched(host: Host, node_root: Path
 # ---- devices ----------------------------------------------------------------
 
 
-def test_real_char_device_when_permitted(host: Host, node_root: Path):
+def _may_mknod(directory: Path) -> bool:
+    """Whether this process may make a device node (CAP_MKNOD), asked of the kernel."""
+    probe = directory / "mknod-probe"
+    try:
+        os.mknod(probe, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        return False
+    probe.unlink()
+    return True
+
+
+def test_real_char_device_when_permitted(host: Host, node_root: Path, tmp_path: Path):
+    """A device node where the kernel lets this process make one (root, CI), the
+    placeholder and a degraded report only where it does not; never a placeholder
+    reported as a device, nor a device reported as degraded."""
+    may_mknod = _may_mknod(tmp_path)
     report = host.converge("t", [CharDevice("/dev/nvidia0", 195, 0)])
     st = os.lstat(node_root / "dev/nvidia0")
-    if not report.degraded:  # we are root here (CI too); the placeholder path is tested below
+    if may_mknod:
+        assert report.degraded == ()
         assert stat.S_ISCHR(st.st_mode)
         assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, 0)
         assert stat.S_IMODE(st.st_mode) == 0o666
+    else:
+        assert len(report.degraded) == 1
+        assert "no CAP_MKNOD" in report.degraded[0]
+        assert stat.S_ISREG(st.st_mode)
+        assert (node_root / "dev/nvidia0").read_text() == (
+            "mokka placeholder for character device 195:0\n")
+    assert report.created == ("/dev", "/dev/nvidia0")
     host.discard("t")
     assert snapshot(node_root) == {}
 

@@ -1,11 +1,24 @@
-"""Per-node identities: shape, determinism, uniqueness across 1,000 nodes."""
+"""Per-node identities: shape, determinism, uniqueness across 1,000 nodes.
+
+"Stable across restarts" is checked across processes: a value that depended
+on anything of one process (``hash()`` of a string, which ``PYTHONHASHSEED``
+changes; an address, a clock) is equal twice in one process and differs in
+the next one.
+"""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
+from mokka.simulators.ib import lids
 from mokka.state import identity
 from mokka.state.compile import compile_profile
+from tests.daemon_support import PROCESS_TIMEOUT, daemon_env
+from tests.support import snapshot
 
 UUID_RE = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 NODES = [f"worker-{i}" for i in range(1000)]
@@ -19,13 +32,71 @@ def test_shapes() -> None:
     assert re.match(r"^0x[0-9a-f]{16}$", identity.ib_node_guid("node-a", 0))
 
 
-def test_deterministic_across_restarts() -> None:
-    assert identity.gpu_uuid("node-a", 3) == identity.gpu_uuid("node-a", 3)
-    a = compile_profile("b200", node_name="node-a")
-    b = compile_profile("b200", node_name="node-a")
-    assert [g.uuid for g in a.gpus] == [g.uuid for g in b.gpus]
-    assert [g.serial for g in a.gpus] == [g.serial for g in b.gpus]
-    assert a.infiniband.node_guids == b.infiniband.node_guids
+#: Every identity derived from the node name, as one process computes it.
+IDENTITIES = """
+import json, sys
+from mokka.simulators.ib import lids
+from mokka.state.compile import compile_profile
+state = compile_profile("gb200", node_name="node-a")
+print(json.dumps({
+    "uuids": [g.uuid for g in state.gpus],
+    "serials": [g.serial for g in state.gpus],
+    "fields": [g.fields for g in state.gpus],
+    "node_guids": list(state.infiniband.node_guids),
+    "lids": list(lids.node_lids(lids.fabric_nodes(state), "node-a", state.infiniband.hca_count)),
+    "content_hash": state.content_hash,
+}, sort_keys=True, default=str))
+"""
+
+
+def _identities(seed: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", IDENTITIES], capture_output=True, text=True, check=True,
+        env={**daemon_env(), "PYTHONHASHSEED": seed}, timeout=PROCESS_TIMEOUT,
+    )
+    return json.loads(out.stdout)
+
+
+def test_every_identity_is_equal_across_processes() -> None:
+    """Two interpreters with different string hashing, and this one, agree on every one."""
+    first, second = _identities("1"), _identities("2")
+    assert first == second
+    state = compile_profile("gb200", node_name="node-a")
+    assert first["uuids"] == [g.uuid for g in state.gpus]
+    assert first["node_guids"] == list(state.infiniband.node_guids)
+    assert first["lids"] == list(
+        lids.node_lids(lids.fabric_nodes(state), "node-a", state.infiniband.hca_count))
+    assert len(set(first["uuids"])) == len(state.gpus) == 4
+
+
+def test_two_daemon_starts_stage_the_same_node(tmp_path: Path) -> None:
+    """Two ``mokka daemon --once`` (two starts, different string hashing) on two roots
+    stage byte-identical trees: UUIDs, serials, IB GUIDs and LIDs in every file that
+    carries them.  Cleanup then leaves both roots empty."""
+    roots = [tmp_path / "first", tmp_path / "second"]
+    for root, seed in zip(roots, ("1", "2"), strict=True):
+        root.mkdir()
+        run = subprocess.run(
+            [sys.executable, "-m", "mokka", "daemon", "--once", "--root", str(root),
+             "--profile", "gb200", "--node-name", "node-a"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=PROCESS_TIMEOUT,
+            env={**daemon_env(), "PYTHONHASHSEED": seed}, check=False,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+    first, second = (snapshot(root) for root in roots)
+    assert first == second
+    staged = b"".join(v[2] for v in first.values() if v[0] == "file")
+    state = compile_profile("gb200", node_name="node-a")
+    for uuid in (g.uuid for g in state.gpus):
+        assert uuid.encode() in staged
+    for root in roots:
+        cleanup = subprocess.run(
+            [sys.executable, "-m", "mokka", "cleanup", "--root", str(root)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=PROCESS_TIMEOUT,
+            env=daemon_env(), check=False,
+        )
+        assert cleanup.returncode == 0, cleanup.stderr
+        assert snapshot(root) == {}
 
 
 def test_templates_keep_their_style() -> None:

@@ -17,6 +17,7 @@ from mokka.state.profile import (
     load_profile,
     parse_profile,
 )
+from mokka.state.profile_files import read_profile_text
 from tests.support import DATA
 
 PROFILES = DATA / "profiles"
@@ -472,3 +473,27 @@ def test_a_null_minor_number_means_the_index() -> None:
     doc = with_change("devices[2].minor_number", None)
     profile = Profile.from_mapping(doc, source="p.yaml")
     assert [d.minor_number for d in profile.devices] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        ("!!binary AAEC", "device_defaults.vbios_version: b'\\x00\\x01\\x02' (a bytes value), "
+                          "expected a string, number or boolean"),
+        ("2024-01-01", "device_defaults.vbios_version: datetime.date(2024, 1, 1) (a date value), "
+                       "expected a string, number or boolean"),
+        ("!!set {a: null}", "device_defaults.vbios_version: {'a'} (a set value), expected a "
+                            "string, number or boolean"),
+        (".inf", "device_defaults.vbios_version: inf, expected a finite number"),
+    ],
+)
+def test_a_value_the_engine_config_cannot_spell_is_refused_by_the_parser(
+    written: str, message: str
+) -> None:
+    """YAML reads these to values no engine config line can carry: refused here, as
+    a bad input (the last good state stays), not by the Stage wave (the node unready)."""
+    _, text = read_profile_text("t4")
+    text = text.replace("vbios_version: 90.04.96.00.01", f"vbios_version: {written}", 1)
+    with pytest.raises(SpecError) as info:
+        parse_profile(text, source="t4.yaml")
+    assert info.value.problems == (f"t4.yaml: {message}",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -301,6 +302,55 @@ async def test_a_change_after_the_barrier_lets_the_pass_finish(
         await h.passes(2)
         assert applier.applied == [1, 2]
         assert trio.current_time() == 10
+
+
+async def test_passes_keep_completing_under_a_change_every_200_ms(
+    autojump_clock, host: Host, node_root: Path
+):
+    """An input that never stops changing (every 200 ms, a pass takes 300 ms)
+    supersedes passes only for ``supersede_window``: then the pass in flight
+    finishes, so one completes at least once a second for the whole minute,
+    each over a newer state, and the node converges to the last state one
+    pass after the changes stop."""
+    before = snapshot(node_root)
+    sim = FakeSimulator("sim", stage_delay=0.3)
+    finished: list[tuple[float, int]] = []
+    with trio.fail_after(120):  # virtual seconds
+        await _change_every_200_ms(host, sim, finished)
+    assert snapshot(node_root) == before
+
+
+async def _change_every_200_ms(host: Host, sim, finished: list[tuple[float, int]]) -> None:
+    async with running(host, [sim]) as h:
+
+        async def record_passes() -> None:
+            count = 0
+            while True:
+                count = await h.reconciler.passes.wait_value(lambda n, c=count: n > c)
+                finished.append((trio.current_time(), h.reconciler.status.last_pass.generation))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(record_passes)
+            generations = range(1, 301)
+            for generation in generations:
+                h.source.publish(make_state(generation))
+                await trio.sleep(0.2)
+            last_change = trio.current_time() - 0.2
+            await h.reconciler.passes.wait_value(
+                lambda _n: h.reconciler.status.observed_generation == generations[-1]
+            )
+            converged = trio.current_time()
+            await trio.sleep(30)  # idle: no further pass is owed
+            nursery.cancel_scope.cancel()
+        times = [0.0] + [t for t, _g in finished]
+        assert max(b - a for a, b in itertools.pairwise(times)) <= 1.0
+        done = [g for _t, g in finished]
+        assert done == sorted(set(done))  # every pass over a newer state than the last
+        assert done[-1] == generations[-1]
+        assert sim.staged[-1] == generations[-1]
+        assert h.reconciler.status.last_pass.outcome == "ok"
+        assert converged - last_change <= 0.3 + 0.3  # the pass in flight, then its own
+        assert h.reconciler.status.phase == "idle"
 
 
 async def test_a_burst_before_the_loop_wakes_yields_one_pass(

@@ -1,13 +1,16 @@
 """Signals a real daemon process gets: none may end it without its teardown.
 
-SIGTERM, SIGINT and SIGQUIT tear down; SIGHUP (a closed terminal) re-reads
-every input and repairs the node; SIGUSR1, SIGUSR2, SIGALRM and SIGPIPE are
-ignored.  Each test runs ``python -m mokka`` and compares the node root with
-its snapshot from before.
+Every catchable signal is sent, one by one, to a real ``python -m mokka``:
+the stop signals tear down (a fresh daemon each); SIGHUP (a closed
+terminal) re-reads every input and repairs the node; the rest leave the
+daemon up and answering (one daemon for all of them).  Each test compares
+the node root with its snapshot from before.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from mokka.state.sources.file import FileSource
 from tests.daemon_support import (
     PROCESS_TIMEOUT,
     kill_if_running,
+    running_daemon,
     start_daemon,
     stop_daemon,
     wait_for_lines,
@@ -85,22 +89,103 @@ async def test_stray_signals_are_ignored_and_sighup_repairs_the_node(
     assert snapshot(node_root) == before
 
 
-async def test_sigquit_tears_down_like_sigterm(node_root: Path, tmp_path: Path):
+#: What the daemon does with each signal it can catch (docs/daemon.md, "Signals").
+TEAR_DOWN = {
+    signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGABRT, signal.SIGPWR,
+    signal.SIGXCPU, signal.SIGSYS, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+}
+RESYNC = {signal.SIGHUP}
+LOGGED_AND_IGNORED = {
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGTRAP, signal.SIGSTKFLT,
+    signal.SIGVTALRM, signal.SIGPROF, signal.SIGIO,
+    *range(signal.SIGRTMIN, signal.SIGRTMAX + 1),
+}
+#: Ignored by Python (SIGPIPE, SIGXFSZ) or by default (the rest): nothing is logged.
+QUIETLY_IGNORED = {
+    signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGCONT, signal.SIGURG,
+    signal.SIGWINCH,
+}
+#: Job control: the process stops until SIGCONT, as any program does.
+STOP_UNTIL_CONTINUED = {signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
+SMALL = ("--profile", "t4", "--health-addr", "127.0.0.1:0", "--resync-interval", "0")
+
+
+def _name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
+
+
+def test_the_table_names_every_catchable_signal_once():
+    groups = [TEAR_DOWN, RESYNC, LOGGED_AND_IGNORED, QUIETLY_IGNORED, STOP_UNTIL_CONTINUED]
+    catchable = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+    assert sorted(s for group in groups for s in group) == sorted(catchable)
+    documented = (Path(__file__).parent.parent / "docs/daemon.md").read_text()
+    for signum in catchable - set(range(signal.SIGRTMIN + 1, signal.SIGRTMAX)):
+        assert f"`{_name(signum)}`" in documented, _name(signum)
+
+
+@pytest.mark.parametrize("signum", sorted(TEAR_DOWN), ids=_name)
+async def test_each_stop_signal_tears_down(node_root: Path, tmp_path: Path, signum: int):
     before = snapshot(node_root)
     with trio.fail_after(PROCESS_TIMEOUT):
-        daemon = await start_daemon(
-            "--root", str(node_root), "--health-addr", "127.0.0.1:0", cwd=tmp_path
-        )
-        try:
+        async with running_daemon("--root", str(node_root), *SMALL, cwd=tmp_path) as daemon:
             await daemon.wait_for_line(PASS_OK)
             assert snapshot(node_root) != before
-            code = await stop_daemon(daemon, signal.SIGQUIT)
-        finally:
-            await kill_if_running(daemon)
+            code = await stop_daemon(daemon, signum)
     log = "\n".join(daemon.lines)
     assert code == 0, log
-    assert "received SIGQUIT; tearing down" in log
+    assert f"received {_name(signum)}; tearing down" in log
+    assert "teardown finished" in log
     assert snapshot(node_root) == before
+
+
+async def test_every_other_signal_leaves_the_daemon_up_and_answering(
+    node_root: Path, tmp_path: Path
+):
+    """One daemon gets each ignored signal in turn and must still answer after each;
+    the job-control ones stop it until SIGCONT; a repeated one is logged once."""
+    before = snapshot(node_root)
+    with trio.fail_after(PROCESS_TIMEOUT):
+        async with running_daemon("--root", str(node_root), *SMALL, cwd=tmp_path) as daemon:
+            port = int((await daemon.wait_for_line(r"health probes on .* port=(\d+)"))[1])
+            await daemon.wait_for_line(PASS_OK)
+
+            async def still_up(signum: int) -> None:
+                assert daemon.process.returncode is None, _name(signum)
+                assert (await _probe(port, "/healthz")).status_code == 200, _name(signum)
+
+            for signum in sorted(QUIETLY_IGNORED):
+                daemon.process.send_signal(signum)
+                await still_up(signum)
+            for signum in sorted(LOGGED_AND_IGNORED):
+                daemon.process.send_signal(signum)
+                await daemon.wait_for_line(re.escape(f"received {_name(signum)}; ignored"))
+                await still_up(signum)
+            for signum in sorted(STOP_UNTIL_CONTINUED):
+                daemon.process.send_signal(signum)
+                await _wait_for_state(daemon.process.pid, os.WSTOPPED)
+                daemon.process.send_signal(signal.SIGCONT)
+                await _wait_for_state(daemon.process.pid, os.WCONTINUED)
+                await still_up(signum)
+            # A flood of one ignored signal is not a flood of log lines.
+            for _ in range(20):
+                daemon.process.send_signal(signal.SIGRTMAX)
+                daemon.process.send_signal(signal.SIGUSR1)
+            code = await stop_daemon(daemon, signal.SIGTERM)
+    log = "\n".join(daemon.lines)
+    assert code == 0, log
+    assert "received SIGTERM; tearing down" in log
+    for name in ("SIGUSR1", "SIGRTMAX"):
+        assert len([line for line in daemon.lines if f"received {name}; ignored" in line]) == 1
+    assert snapshot(node_root) == before
+
+
+async def _wait_for_state(pid: int, state: int) -> None:
+    """Until the child ``pid`` stopped (``WSTOPPED``) or continued (``WCONTINUED``);
+    ``WNOWAIT`` leaves its exit to be reaped as usual."""
+    await trio.to_thread.run_sync(os.waitid, os.P_PID, pid, state | os.WNOWAIT)
 
 
 async def test_sighup_on_a_local_run_does_not_end_it(tmp_path: Path):

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from mokka.errors import SpecError
-from mokka.state.topology import load_topology, parse_topology, topology_from_mapping
+from mokka.state.topology import (
+    MAX_NODES,
+    load_topology,
+    parse_topology,
+    topology_from_mapping,
+)
 from tests.support import DATA
 
 PROFILES = DATA / "profiles"
@@ -90,3 +95,19 @@ def test_validation_rule_message(doc: dict, message: str) -> None:
     with pytest.raises(SpecError) as info:
         topology_from_mapping(doc, source="t.yaml")
     assert info.value.problems == (message,)
+
+
+def test_a_document_listing_more_nodes_than_a_cluster_has_is_refused() -> None:
+    """Refused where it is read (the last good document stays), not by a Stage wave."""
+    nodes = [f"node-{i}" for i in range(MAX_NODES + 1)]
+    doc = {"version": 1, "domains": [{"uuid": "00000000-0000-0000-0000-000000000001",
+                                      "cliques": [{"id": 0, "nodes": nodes[:10]},
+                                                  {"id": 1, "nodes": nodes[10:]}]}]}
+    with pytest.raises(SpecError) as info:
+        topology_from_mapping(doc, source="t.yaml")
+    assert info.value.problems == (
+        f"t.yaml: domains: {MAX_NODES + 1} distinct node names, expected at most {MAX_NODES} "
+        "(the most nodes a Kubernetes cluster has)",
+    )
+    doc["domains"][0]["cliques"][1]["nodes"] = nodes[10:MAX_NODES] + nodes[:5]  # repeats count once
+    assert topology_from_mapping(doc, source="t.yaml").placement("node-4") is not None

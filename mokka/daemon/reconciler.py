@@ -23,7 +23,13 @@ One pass over a ``State``:
 
 The loop is level-triggered: it waits for *something changed* and then reads
 the newest ``SourceUpdate`` whole, so a burst of updates coalesces into one
-pass over the last of them.  A failed pass is retried with capped
+pass over the last of them.  A newer input cuts a pass short in its Stage
+wave (the node then converges one stage after the change, not after the
+stale pass and its own), but not for ever: once the loop has given way
+before and has gone ``supersede_window`` seconds without finishing a pass,
+the pass in flight finishes and the newest input is taken after it.  An
+input that changes faster than a pass completes would otherwise supersede
+every pass, and the node would never converge at all.  A failed pass is retried with capped
 exponential backoff without waiting for new input (a new input cuts the
 wait short); a ``SpecError`` is terminal until the input changes; an
 unchanged state (same ``content_hash``) after a pass causes no new pass,
@@ -99,6 +105,13 @@ class Reconciler:
     #: timer runs on: measured from the end of the pass instead, a pass
     #: taking any time at all would push every repair to the resync after next.
     repair_interval: float = 0.0
+    #: Seconds a run of superseded passes may last before the pass in flight
+    #: is let finish (see the module's docstring).  The first newer input
+    #: always cuts a pass short, however long it has run: one change in the
+    #: middle of a slow stage is the case superseding is for.  Half a second
+    #: keeps a pass completing at least once a second under changes every
+    #: 200 ms when a pass takes up to half a second.
+    supersede_window: float = 0.5
 
     # Private, mutable bookkeeping; ``status`` is the published snapshot.
     _phase: str = attrs.field(default="waiting", init=False)
@@ -165,6 +178,10 @@ class Reconciler:
         attempt = 0  # consecutive failed passes over ``last_hash``
         retry_at = math.inf
         last_good_at: float | None = None  # ``at`` of the update the last good pass ran over
+        # Since when passes have been superseded without one finishing (None:
+        # the last one finished), and whether one gave way yet.
+        unfinished_since: float | None = None
+        gave_way = False
         while True:
             got: object = _NOTHING
             with trio.move_on_at(retry_at):
@@ -188,16 +205,21 @@ class Reconciler:
                 # New input: the backoff starts over (the user may have fixed it).
                 attempt = 0
             attempt += 1
+            if unfinished_since is None:
+                unfinished_since, gave_way = trio.current_time(), False
             result = await self._pass(
                 state, attempt, superseded=_superseded_by(updates, update, state.content_hash),
                 replay=not requested,
+                give_way_until=unfinished_since + self.supersede_window if gave_way else math.inf,
             )
             if result is None:
                 # A newer input arrived while this one was being staged: the
                 # node is part old, part older, so nothing counts as converged
                 # (``last_hash`` forgets it) and the newest input runs at once.
                 last_hash, attempt, retry_at = None, 0, math.inf
+                gave_way = True
                 continue
+            unfinished_since = None
             last_hash = state.content_hash
             if result.ok:
                 attempt, retry_at = 0, math.inf
@@ -237,6 +259,7 @@ class Reconciler:
         *,
         superseded: Callable[[], Awaitable[object]] | None = None,
         replay: bool = True,
+        give_way_until: float = math.inf,
     ) -> PassResult | None:
         """``reconcile_once``; ``None`` when ``superseded`` returned during the Stage wave.
 
@@ -247,7 +270,8 @@ class Reconciler:
         cancellation cannot reach, stops at its next path (``GIVE_WAY``):
         the newer input does not wait for a stale batch.  Once past the
         barrier the pass finishes: daemons and published specs are not
-        left half done.
+        left half done.  Nor does it give way once ``give_way_until`` (trio
+        time) has passed: the pass then finishes over its state.
 
         ``replay`` off makes every simulator's call (a requested repair:
         the operator asks for the full pass, whatever the records say).
@@ -263,9 +287,10 @@ class Reconciler:
                     if superseded is not None:
 
                         async def give_way() -> None:
-                            await superseded()
-                            stop.set()  # converges in worker threads stop too
-                            stage_scope.cancel()
+                            with trio.move_on_at(give_way_until):
+                                await superseded()
+                                stop.set()  # converges in worker threads stop too
+                                stage_scope.cancel()
 
                         nursery.start_soon(give_way)
                     stage = await waves.stage(

@@ -24,10 +24,13 @@ get its shutdown trigger.  A daemon stopped while it still waited for the
 lock staged nothing and has nothing to tear down.
 
 Signals: every catchable signal that would otherwise end the process
-without a teardown is handled.  SIGTERM, SIGINT and SIGQUIT tear down;
-SIGHUP (what a closed terminal sends) re-reads every input and runs a
-repair pass; SIGUSR1, SIGUSR2 and SIGALRM are logged and ignored; SIGPIPE
-stays ignored (Python's own setting: a closed pipe is an ``OSError``).
+without a teardown is handled (docs/daemon.md has the table).  The stop
+signals tear down; SIGHUP (what a closed terminal sends) re-reads every
+input and runs a repair pass; the ignored ones are logged, at most one line
+per signal a minute, so a flood of them cannot flood the log.  SIGPIPE and
+SIGXFSZ stay ignored (Python's own setting: a closed pipe, a file over its
+size limit, are an ``OSError`` where they happen).  The hardware-fault
+signals, sent, tear down too, through ``mokka.daemon.faultsignals``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterable, Callable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -43,6 +47,7 @@ import attrs
 import trio
 import trio_util
 
+from mokka.daemon.faultsignals import FAULT_SIGNALS, open_fault_signal_receiver
 from mokka.daemon.health import DaemonView, create_app, serve_health
 from mokka.daemon.nodelock import HeldRoot, hold_node_root
 from mokka.daemon.reconciler import Reconciler
@@ -60,15 +65,51 @@ logger = logging.getLogger(__name__)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 #: Signals that tear the node down: the kubelet's SIGTERM, a user's Ctrl-C
-#: and Ctrl-\ (which would otherwise dump core with the node still staged).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+#: and Ctrl-\ (which would otherwise dump core with the node still staged),
+#: and the ones that say the process must end: ``kill -ABRT``, init's SIGPWR
+#: (the power is failing), the CPU-time limit's SIGXCPU (SIGKILL follows at
+#: the hard limit), a seccomp filter's SIGSYS.  (A real ``abort()`` still
+#: ends the process: the C library resets SIGABRT and raises it again.)
+STOP_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGABRT,
+    signal.SIGPWR,
+    signal.SIGXCPU,
+    signal.SIGSYS,
+)
 #: The signal that re-reads every input now (what ``kill -HUP`` means to a daemon).
 RESYNC_SIGNAL = signal.SIGHUP
 #: Signals whose default action is to end the process, with no meaning here:
-#: logged and ignored, so a stray ``kill -USR1`` cannot leave a staged node.
-IGNORED_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
-#: Everything the runner receives while it runs.
+#: logged and ignored, so a stray ``kill -USR1`` (or a profiler's timer, an
+#: async-I/O notice, an application's real-time signal) cannot leave a
+#: staged node.
+IGNORED_SIGNALS = (
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+    signal.SIGTRAP,
+    signal.SIGSTKFLT,
+    signal.SIGVTALRM,
+    signal.SIGPROF,
+    signal.SIGIO,
+    *range(signal.SIGRTMIN, signal.SIGRTMAX + 1),
+)
+#: Everything the runner receives while it runs (the fault signals aside:
+#: ``mokka.daemon.faultsignals``).
 HANDLED_SIGNALS = (*STOP_SIGNALS, RESYNC_SIGNAL, *IGNORED_SIGNALS)
+#: Seconds between two log lines about one ignored signal; the next line
+#: counts the ones not logged.
+IGNORED_LOG_INTERVAL = 60.0
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM``; a real-time signal as ``SIGRTMIN+3`` (the enum names only both ends)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIGRTMIN+{signum - signal.SIGRTMIN}"
 
 
 def ignore_signals_until_handled() -> None:
@@ -76,7 +117,8 @@ def ignore_signals_until_handled() -> None:
 
     Called first thing by ``mokka daemon``: importing and compiling take a
     while, and a SIGHUP (or SIGUSR1) then would end the process by its
-    default action.  SIGPIPE is ignored by Python already.
+    default action.  SIGPIPE and SIGXFSZ are ignored by Python already.
+    (The fault signals are blocked meanwhile: ``faultsignals``.)
     """
     for signum in (RESYNC_SIGNAL, *IGNORED_SIGNALS):
         signal.signal(signum, signal.SIG_IGN)
@@ -231,8 +273,8 @@ class DaemonRunner:
         return codes
 
     @contextlib.contextmanager
-    def _signals(self) -> Iterator[trio.abc.ReceiveChannel | None]:
-        """The handled signals as a channel, held for the whole run.
+    def _signals(self) -> Iterator[tuple[AsyncIterable[int], ...] | None]:
+        """The handled signals as receivers, held for the whole run.
 
         Held past the inner nursery on purpose: a second Ctrl-C during
         teardown lands in the (no longer read) channel instead of killing
@@ -254,28 +296,63 @@ class DaemonRunner:
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         try:
-            with trio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
-                yield signals
+            with (
+                open_fault_signal_receiver() as faults,
+                trio.open_signal_receiver(*HANDLED_SIGNALS) as signals,
+            ):
+                yield (signals,) if faults is None else (signals, faults)
         finally:
             for signum, handler in originals.items():
                 signal.signal(signum, handler)
 
-    async def _watch_signals(self, signals, scope: trio.CancelScope) -> None:
+    async def _watch_signals(
+        self, receivers: tuple[AsyncIterable[int], ...], scope: trio.CancelScope
+    ) -> None:
         """A stop signal becomes ``stop`` (a cancelled scope with a reason, not an
         exception), SIGHUP a resync; the rest are only logged."""
-        with scope:
+        ignored = _IgnoredSignalLog()
+
+        async def watch(signals: AsyncIterable[int]) -> None:
             async for signum in signals:
-                name = signal.Signals(signum).name
-                extra = {"signal": name}
-                if signum in STOP_SIGNALS:
-                    logger.info("received %s; tearing down", name, extra=extra)
-                    self.stop(f"received {name}")
-                elif signum == RESYNC_SIGNAL:
-                    logger.info("received %s; re-reading every input", name, extra=extra)
-                    self.resync()
-                else:
-                    logger.info(
-                        "received %s; ignored (SIGHUP re-reads the inputs, SIGTERM tears down)",
-                        name,
-                        extra=extra,
-                    )
+                self._on_signal(signum, ignored)
+
+        with scope:
+            async with trio.open_nursery() as nursery:
+                for signals in receivers:
+                    nursery.start_soon(watch, signals)
+
+    def _on_signal(self, signum: int, ignored: _IgnoredSignalLog) -> None:
+        name = signal_name(signum)
+        extra = {"signal": name}
+        if signum in STOP_SIGNALS or signum in FAULT_SIGNALS:
+            logger.info("received %s; tearing down", name, extra=extra)
+            self.stop(f"received {name}")
+        elif signum == RESYNC_SIGNAL:
+            logger.info("received %s; re-reading every input", name, extra=extra)
+            self.resync()
+        elif (unlogged := ignored.due(signum)) is not None:
+            more = f", {unlogged} more not logged since the last line" if unlogged else ""
+            logger.info(
+                "received %s; ignored (SIGHUP re-reads the inputs, SIGTERM tears down%s)",
+                name,
+                more,
+                extra=extra,
+            )
+
+
+@attrs.define
+class _IgnoredSignalLog:
+    """At most one log line per ignored signal every ``IGNORED_LOG_INTERVAL`` seconds."""
+
+    _last: dict[int, float] = attrs.field(factory=dict)
+    _unlogged: Counter[int] = attrs.field(factory=Counter)
+
+    def due(self, signum: int) -> int | None:
+        """The count not logged since the last line when a line is due now, else ``None``."""
+        now = trio.current_time()
+        last = self._last.get(signum)
+        if last is not None and now - last < IGNORED_LOG_INTERVAL:
+            self._unlogged[signum] += 1
+            return None
+        self._last[signum] = now
+        return self._unlogged.pop(signum, 0)

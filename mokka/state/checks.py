@@ -272,13 +272,17 @@ def check_text_leaves(
     p: Problems, path: str, value: Any, *, max_bytes: int, checked: frozenset[str] = frozenset()
 ) -> None:
     """Every string in a nested block (mapping and list items, keys aside) is one line of
-    at most ``max_bytes``: refused where it is read, not where a file made of it is
-    written.  ``checked``: the paths whose own check (a pattern) already refuses more."""
+    at most ``max_bytes``, and every other leaf a finite number, a boolean or null:
+    refused where it is read, not where a file made of it is written (the engine
+    config has no spelling for a ``!!binary`` value's bytes, a YAML date, ``.inf``).
+    ``checked``: the paths whose own check (a pattern) already refuses more."""
     if path in checked:
         return
     if isinstance(value, str):
         # an empty pass-through string is the profile's business, as before
         as_text(p, path, value, max_bytes=max_bytes, nonempty=False)
+    elif isinstance(value, float) and not math.isfinite(value):
+        p.add(path, f"{found(value)}, expected a finite number")
     elif isinstance(value, Mapping):
         for key, item in value.items():
             name = key if isinstance(key, str) else str(key)
@@ -286,6 +290,14 @@ def check_text_leaves(
     elif isinstance(value, list):
         for index, item in enumerate(value):
             check_text_leaves(p, sub(path, index), item, max_bytes=max_bytes, checked=checked)
+    elif not is_plain(value):
+        p.add(path, f"{found(value)} (a {type(value).__name__} value), expected a string, "
+                    "number or boolean")
+
+
+def is_plain(value: Any) -> bool:
+    """A value JSON could hold too: what YAML gives but ``!!binary`` bytes, dates, sets."""
+    return value is None or isinstance(value, str | int | float | Mapping | list)
 
 
 def as_choice(p: Problems, path: str, value: Any, choices: Iterable[str]) -> str | None:

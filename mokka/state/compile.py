@@ -58,7 +58,7 @@ from mokka.state.model import (
 from mokka.state.override_doc import Overrides
 from mokka.state.overrides import load_overrides
 from mokka.state.profile import DeviceSpec, Profile, load_profile
-from mokka.state.profile_blocks import MAX_HCAS
+from mokka.state.profile_blocks import MAX_FABRIC_NODES, MAX_HCAS
 from mokka.state.topology import load_topology
 
 #: Fabric cluster UUID of a GPU whose profile names none (what a non-NVL node reports).
@@ -148,6 +148,8 @@ def compile_state(
     """
     if not node.node_name.strip():
         raise SpecError("node name: empty, expected this node's name")
+    if profile.infiniband is not None and topology is not None:
+        _check_fabric_size(topology, node.node_name)
     # ``num_devices`` applies first: roots, Xids and IB HCAs follow the GPUs
     # this node exposes, not the ones the profile declares.
     devices = profile.selected_devices()
@@ -413,6 +415,18 @@ def _nvlink(profile: Profile) -> Nvlink | None:
         switches=tuple(NvlinkSwitch(bdf=s.bdf, uuid=s.uuid) for s in spec.switches),
         fields=spec.fields,
     )
+
+
+def _check_fabric_size(topology: Topology, node_name: str) -> None:
+    """Refuse a topology whose InfiniBand fabric (its nodes, when it names this
+    node) no spine switch can hold: the ib simulator would fail every stage,
+    leaving the node unready, where a bad input keeps the last good state."""
+    nodes = {n for domain in topology.domains for clique in domain.cliques for n in clique.nodes}
+    if node_name in nodes and len(nodes) > MAX_FABRIC_NODES:
+        raise SpecError(
+            f"{topology.source or 'topology'}: domains: {len(nodes)} nodes in this node's "
+            f"InfiniBand fabric, expected at most {MAX_FABRIC_NODES} (one spine switch port "
+            "per node)")
 
 
 def _infiniband(profile: Profile, node_name: str, gpu_count: int) -> Infiniband | None:

@@ -56,6 +56,9 @@ CPULIST_MAX_BYTES = 4095
 #: list, a block of 128 per node: the node's leaf switch and one LID per HCA
 #: (``mokka.simulators.ib.lids``, which takes its block size from here).
 MAX_HCAS = 127
+#: Nodes in one InfiniBand fabric: a switch has at most 254 external ports,
+#: and the mock fabric's spine gives each node one (``simulators/ib/lids.py``).
+MAX_FABRIC_NODES = 254
 
 #: The profile's text that the ib simulator writes verbatim into an HCA's
 #: sysfs attribute, and the most bytes that attribute holds on a real node

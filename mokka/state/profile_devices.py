@@ -212,14 +212,18 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
     Every string of the block, passed through or not, goes to the engine
     config, so each is checked to fit one line there.
     """
+    # (``failure`` has every field of its own typed below, and no other)
     checks.check_text_leaves(p, path, cfg, max_bytes=checks.TEXT_VALUE_MAX_BYTES,
-                             checked=frozenset({sub(path, "uuid"), sub(path, "pci.bus_id")}))
+                             checked=frozenset({sub(path, "uuid"), sub(path, "pci.bus_id"),
+                                                sub(path, "failure")}))
     if cfg.get("uuid") is not None:
         checks.as_match(p, sub(path, "uuid"), cfg["uuid"], checks.GPU_UUID_RE,
                         "a GPU UUID GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
     serial = cfg.get("serial")
     # a number is a fine serial (see ``_device``); anything else must be text
-    if serial is not None and (isinstance(serial, bool) or not isinstance(serial, int)):
+    # (a value of no plain type, bytes say, is refused above already)
+    if serial is not None and (isinstance(serial, bool) or not isinstance(serial, int)) \
+            and checks.is_plain(serial):
         checks.as_str(p, sub(path, "serial"), serial)
     if cfg.get("minor_number") is not None:
         checks.as_int(p, sub(path, "minor_number"), cfg["minor_number"], lo=0, hi=MAX_GPU_MINOR)
@@ -229,7 +233,7 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
     if cfg.get("grace_cpu_pair") is not None:
         checks.as_int(p, sub(path, "grace_cpu_pair"), cfg["grace_cpu_pair"], lo=0)
     for key in ("name", "brand", "architecture"):
-        if cfg.get(key) is not None:
+        if cfg.get(key) is not None and checks.is_plain(cfg[key]):
             checks.as_str(p, sub(path, key), cfg[key])
     pci = cfg.get("pci")
     if pci is not None and (pci_map := checks.as_mapping(p, sub(path, "pci"), pci)) is not None:

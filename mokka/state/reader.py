@@ -29,6 +29,16 @@ can replace.  Nothing in such a file may stop the daemon, so:
   each container once, and refuses a document whose expanded size (every
   value counted once per place it appears) exceeds the budget.
 
+* **A file at rest.**  A writer that rewrites a file in place truncates it
+  first and writes after: read in between, the file is empty or a prefix,
+  often valid YAML all the same (fewer GPUs, a shorter list).  A read
+  whose file changed under it (inode, size or mtime differ before and
+  after) is made again, and a file modified within ``READ_SETTLE`` is read
+  twice, ``READ_SETTLE`` apart, the second read being the one kept; a file
+  that keeps changing is refused after ``READ_TRIES`` reads (its writer's
+  next change notice reads it again).  A rename over the file (an editor's
+  save, a ConfigMap update, ``mokka ctl``) is never caught half way.
+
 A read that still takes long (a hung network filesystem) runs in a worker
 thread the caller may abandon: ``FileSource`` offloads with
 ``abandon_on_cancel``, so SIGTERM never waits for it.
@@ -40,6 +50,7 @@ import errno
 import os
 import re
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,6 +71,12 @@ MAX_NODES = 250_000
 #: recurse, so a deeper document (a pasted blob, a generator gone wrong) is
 #: refused here with a message instead of ending in a ``RecursionError``.
 MAX_DEPTH = 64
+#: Seconds a file modified this recently is given to settle before it is
+#: read again (see the module docstring): an in-place write of an input is
+#: a few ``write`` calls, well inside it.
+READ_SETTLE = 0.02
+#: Reads of a file that keeps changing before it is refused.
+READ_TRIES = 5
 #: Longest piece of input quoted in a message: enough to recognise the
 #: mistake, never a payload (messages reach logs and the ``/readyz`` body).
 MAX_EXCERPT = 80
@@ -123,6 +140,41 @@ def read_input(
     the path is ours, beneath that node root, and no symlink from the root
     down to the file itself is followed (``open_parent``).
     """
+    settled = False  # the last read was of a file just modified: it has had its settle
+    for _ in range(READ_TRIES):
+        read = _read_once(path, what, optional=optional, root=root)
+        if read is None:
+            return None
+        before, after, data = read
+        if before == after:
+            if settled or not _modified_within(after, READ_SETTLE):
+                return _decode(path, what, data)
+            settled = True
+        else:
+            settled = False  # written during the read: read it whole again
+        _settle()
+    raise SpecError(f"{path}: changed while being read ({READ_TRIES} tries), expected {what} "
+                    "at rest (it is read again at its next change)")
+
+
+def _settle() -> None:
+    """Give a file being written ``READ_SETTLE`` seconds (a worker thread's wait)."""
+    time.sleep(READ_SETTLE)
+
+
+def _modified_within(key: tuple[int, ...], seconds: float) -> bool:
+    return time.time_ns() - key[2] < seconds * 1e9
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What a write or a rename over the file changes: inode, size, mtime, ctime."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _read_once(
+    path: Path, what: str, *, optional: bool, root: Path | None
+) -> tuple[tuple[int, ...], tuple[int, ...], bytes] | None:
+    """(identity before, identity after, bytes) of one bounded read; ``None``: no file."""
     nofollow = root is not None
     dir_fd: int | None = None
     try:
@@ -159,11 +211,15 @@ def read_input(
             chunks.append(chunk)
             total += len(chunk)
         _check_size(path, what, total)
+        after = os.fstat(fd)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
+    return _identity(st), _identity(after), b"".join(chunks)
+
+
+def _decode(path: Path, what: str, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

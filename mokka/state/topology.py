@@ -36,6 +36,13 @@ DOCUMENT_KEYS = ("version", "domains")
 WRAPPED_KEYS = ("enabled", "domains", "version")
 DOMAIN_KEYS = ("name", "uuid", "cliques")
 CLIQUE_KEYS = ("id", "nodes")
+#: Most distinct node names a document may list: the largest cluster
+#: Kubernetes supports (its documented limit is 5,000 nodes).  A document
+#: listing more is generated wrong, and every node's daemon would carry it
+#: into each pass (the nvlink simulator stages it, the ib simulator derives
+#: its fabric from it), so it is refused here, where the last good document
+#: stays in force, rather than failing a stage.
+MAX_NODES = 5000
 
 
 def topology_from_mapping(doc: Any, *, source: str, text: str = "") -> Topology | None:
@@ -79,6 +86,10 @@ def topology_from_mapping(doc: Any, *, source: str, text: str = "") -> Topology 
     if version is not None and (isinstance(version, bool) or str(version).split(".")[0] != "1"):
         p.add(sub(prefix, "version"), f"{checks.found(version)} is not supported, expected 1")
     domains = _domains(p, prefix, body)
+    names = {node for domain in domains for clique in domain.cliques for node in clique.nodes}
+    if len(names) > MAX_NODES:
+        p.add(sub(prefix, "domains"), f"{len(names)} distinct node names, expected at most "
+              f"{MAX_NODES} (the most nodes a Kubernetes cluster has)")
     p.raise_if_any()
     return Topology(domains=tuple(domains), text=text, source=source)
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from mokka.errors import SpecError
 from mokka.state.model import State
-from mokka.state.profile_blocks import MAX_HCAS
+from mokka.state.profile_blocks import MAX_FABRIC_NODES, MAX_HCAS
 
 #: The spine switch, and with it the subnet manager.
 SM_LID = 1
@@ -32,8 +32,9 @@ FIRST_LID = 2
 #: LIDs per node: the leaf switch and up to ``MAX_HCAS`` HCAs (the profile
 #: refuses more, with this same constant).
 BLOCK = MAX_HCAS + 1
-#: A switch has at most 254 external ports: one spine port per node.
-MAX_NODES = 254
+#: A switch has at most 254 external ports: one spine port per node (the
+#: compiler refuses a larger fabric with this same constant).
+MAX_NODES = MAX_FABRIC_NODES
 LAST_UNICAST_LID = 0xBFFF
 assert FIRST_LID + MAX_NODES * BLOCK - 1 <= LAST_UNICAST_LID
 
