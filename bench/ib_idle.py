@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,9 @@ from mokka.simulators.ib import IbSettings, IbSimulator, lids
 from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.compile import compile_profile
 
+#: The fabric's shared relay key, written beside the nodes' roots.
+RELAY_KEY = "relay.key"
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -50,8 +54,10 @@ async def serve(root: Path, node: str, topology: Path | None, ports: dict[str, i
     host = Host(root)
     await PcibusSimulator().stage(host, state)
     peers = [f"{name}=127.0.0.1:{port}" for name, port in ports.items()]
+    # every node of the fabric holds the key the parent wrote beside the roots
+    # (the relay refuses to run without one)
     sim = IbSimulator(IbSettings(relay_address="127.0.0.1", relay_port=ports.get(node, 0),
-                                 peers=peers))
+                                 peers=peers, relay_key_file=root.parent / RELAY_KEY))
     await sim.stage(host, state)
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.run, host, state)
@@ -123,6 +129,7 @@ def main(seconds: float, nodes: int) -> None:
             "name": "bench", "uuid": "00000000-0000-0000-0000-0000000000be",
             "cliques": [{"id": 0, "nodes": names}]}]}))
         ports = {name: free_port() for name in names}
+        (Path(tmp) / RELAY_KEY).write_text(secrets.token_hex(32) + "\n")
         port_args = [f"{n}={p}" for n, p in ports.items()]
         children = []
         try:

@@ -60,7 +60,7 @@ def parse_unsigned(value: bytes | None) -> int | None:
 
 
 def sanitise_utf8(data: bytes) -> bytes:
-    """``data`` with each byte outside well-formed UTF-8 replaced by ``?``, as the library reads it."""
+    """``data``, each byte outside well-formed UTF-8 replaced by ``?`` (as the library reads it)."""
     out = bytearray()
     while True:
         try:

@@ -3,29 +3,41 @@ come from, the bundle ``deploy/image/install-ib-tools.sh`` makes of them,
 running a command with the machine's own IB tools and libraries hidden (a
 private mount namespace with ``/dev/null`` bound over each file), which is
 how a node without ``infiniband-diags``/``ibverbs-utils`` looks, and the
-shims, states and stage call the ib simulator tests share."""
+shims, states and stage call the ib simulator tests share, and the pieces
+of the relay tests: a fabric key, a node's mock-ib in process with its
+relay on loopback, bare peer relays, and frames a stranger would send."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import random
+import secrets
 import shlex
 import socket
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
+import trio
 import yaml
 
+from mokka import layout
 from mokka.host import Host
-from mokka.simulators.ib import IbSettings, IbSimulator
+from mokka.simulators.ib import IbSettings, IbSimulator, mad, smp
+from mokka.simulators.ib.relay import Relay
+from mokka.simulators.ib.service import Request
 from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.compile import compile_profile
-from mokka.state.model import State
+from mokka.state.model import Clique, Domain, State, Topology
 from mokka.state.profile import read_profile_text
 from tests.nvml_support import compiler, load_target
-from tests.support import ROOT, require_tool
+from tests.support import ROOT, require_tool, snapshot
 
 INSTALL_SCRIPT = ROOT / "deploy" / "image" / "install-ib-tools.sh"
 #: Where the bundle lands under DESTDIR (the ib simulator's default --ib-tools-dir).
@@ -260,3 +272,163 @@ def free_port() -> int:
 def tool_env() -> dict[str, str]:
     """The environment a user's shell would give a wrapper (no preloads of ours)."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("LD_", "MOKKA_"))}
+
+
+# --------------------------------------------------------------------------
+# The relay: a fabric key, an in-process node in a fabric, peers and strangers
+# --------------------------------------------------------------------------
+
+
+def write_relay_key(directory: Path, name: str = "relay.key") -> Path:
+    """A fresh fabric key (64 hex digits) in ``directory/name``, outside any node root."""
+    path = directory / name
+    path.write_text(secrets.token_hex(32) + "\n")
+    return path
+
+
+def fabric_state(names: Sequence[str], me: str, profile: str = "gb200") -> State:
+    """``profile`` compiled for ``me``, with a topology document listing ``names``."""
+    topology = Topology(domains=(Domain(uuid="d", cliques=(Clique(0, tuple(names)),)),),
+                        text="")
+    return attrs.evolve(compile_profile(profile, node_name=me), topology=topology)
+
+
+def counter_file(root: Path, hca: int, name: str) -> Path:
+    return root / layout.IB_ROOT.lstrip("/") / (
+        f"sys/class/infiniband/mlx5_{hca}/ports/1/counters/{name}")
+
+
+#: Seconds a relay test waits for a log line (a dial, a drop: milliseconds).
+LOG_WAIT = 20
+
+
+@attrs.define(eq=False)
+class LogWaiter(logging.Handler):
+    """A logging handler that wakes a test when a line containing some text is logged
+    (from the trio thread: the relay logs there)."""
+
+    texts: list[str] = attrs.field(factory=list)
+    _wanted: list[tuple[str, int, trio.Event]] = attrs.field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(record.getMessage())
+        for wanted, times, event in self._wanted:
+            if self.count(wanted) >= times:
+                event.set()
+
+    async def wait_for(self, text: str, times: int = 1) -> None:
+        """Until ``times`` lines containing ``text`` have been logged (maybe
+        already); at most ``LOG_WAIT`` seconds."""
+        event = trio.Event()
+        self._wanted.append((text, times, event))
+        if self.count(text) >= times:
+            event.set()
+        with trio.fail_after(LOG_WAIT):
+            await event.wait()
+
+    def count(self, text: str) -> int:
+        return sum(text in seen for seen in self.texts)
+
+
+@contextmanager
+def relay_log() -> Iterator[LogWaiter]:
+    """Every line the ib daemon logs (relay and service), while the block runs."""
+    waiter = LogWaiter()
+    target = logging.getLogger("mokka.simulators.ib")
+    old_level = target.level
+    target.setLevel(logging.DEBUG)
+    target.addHandler(waiter)
+    try:
+        yield waiter
+    finally:
+        target.removeHandler(waiter)
+        target.setLevel(old_level)
+
+
+@attrs.define(eq=False)
+class RelayNode:
+    """A node daemon's ib simulator, staged and running, with its relay on loopback."""
+
+    root: Path
+    sim: IbSimulator
+    port: int
+    state: State
+
+
+@asynccontextmanager
+async def relay_node(root: Path, names: Sequence[str], key_file: Path,
+                     peers: Mapping[str, int], port: int | None = None,
+                     ) -> AsyncIterator[RelayNode]:
+    """``names[0]``'s mock-ib in this process (the PCI bus and the ib tree staged,
+    the relay on loopback at ``port`` or a free port, ``peers`` dialled at
+    loopback ports); on the way out its root is checked to be as it was."""
+    before = snapshot(root)
+    host = Host(root)
+    state = fabric_state(names, names[0])
+    port = port or free_port()
+    sim = IbSimulator(IbSettings(
+        relay_address="127.0.0.1", relay_port=port, relay_key_file=key_file, tools_dir=NO_TOOLS,
+        peers=[f"{name}=127.0.0.1:{p}" for name, p in peers.items()],
+    ))
+    await PcibusSimulator().stage(host, state)
+    await sim.stage(host, state)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sim.run, host, state)
+            yield RelayNode(root=root, sim=sim, port=port, state=state)
+            nursery.cancel_scope.cancel()
+    finally:
+        await discard_with_pcibus(host, sim)
+    assert snapshot(root) == before
+
+
+@asynccontextmanager
+async def peer_relay(names: Sequence[str], me: int, key_file: Path,
+                     addresses: Mapping[int, int], port: int = 0,
+                     ) -> AsyncIterator[tuple[Relay, trio.MemoryReceiveChannel[Any]]]:
+    """Node ``names[me]``'s relay alone (no MAD service), on loopback: what it
+    receives goes to the returned channel, as (peer index, message)."""
+    send, receive = trio.open_memory_channel[Any](100)
+
+    async def on_message(peer: int, message: dict[str, Any]) -> None:
+        await send.send((peer, message))
+
+    relay = Relay(nodes=tuple(names), me=me, listen=("127.0.0.1", port),
+                  addresses={k: ("127.0.0.1", p) for k, p in addresses.items()},
+                  own_guids=lambda: {}, on_message=on_message, key_file=key_file)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(relay.run)
+        yield relay, receive
+        nursery.cancel_scope.cancel()
+
+
+def plain_frame(message: object) -> bytes:
+    """A message as the relay took it before it had keys: a length and JSON."""
+    body = json.dumps(message).encode()
+    return len(body).to_bytes(4, "big") + body
+
+
+def counter_reset(dlid: int, slid: int, origin: int, request_id: int = 1) -> dict[str, Any]:
+    """A relay ``req`` carrying a PerfMgt Set of every PortCounter of ``dlid``
+    (what ``perfquery -R`` sends), as a peer ``origin`` would send it."""
+    request = bytearray(mad.MAD_SIZE)
+    request[0:4] = bytes([1, mad.CLASS_PERF, 1, mad.METHOD_SET])
+    request[8:16] = (0x1234).to_bytes(8, "big")
+    request[16:18] = smp.ATTR_PORT_COUNTERS.to_bytes(2, "big")
+    request[64 + 1] = 1  # PortSelect
+    request[64 + 2 : 64 + 4] = b"\xff\xff"  # CounterSelect: all
+    return Request(id=request_id, origin=origin, slid=slid, mad=bytes(request),
+                   dlid=dlid).to_message()
+
+
+async def ib_tool(root: Path, name: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """A staged MAD tool wrapper of ``root`` (bounded by ``TOOL_TIMEOUT``)."""
+    require_tool(name)
+    with trio.fail_after(TOOL_TIMEOUT):
+        return await trio.run_process(
+            [str(root / layout.DRIVER_BIN.lstrip("/") / name), *args], capture_stdout=True,
+            capture_stderr=True, check=False, env=tool_env(),
+        )

@@ -7,9 +7,10 @@ against an independent encoder.  The server runs grpcio's real server on a
 unix socket, in its own threads, and answers from a list the test changes.
 
 Modes a test can switch to: ``ok`` (answer from ``pods``), ``garbage``
-(bytes that are no protobuf message), ``stall`` (hold the call until the test
-releases it: the client's deadline must end the wait), ``error`` (an
-UNAVAILABLE status).
+(bytes that are no protobuf message), ``raw`` (the bytes in ``raw``, as they
+are: a hostile kubelet), ``stall`` (hold the call until the test releases
+it: the client's deadline must end the wait), ``error`` (an UNAVAILABLE
+status).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class PodResourcesServer:
     pods: list[Pod] = attrs.field(factory=list)
     allocatable: list[tuple[str, list[str]]] = attrs.field(factory=list)
     mode: str = "ok"
+    #: what every call answers in ``raw`` mode
+    raw: bytes = b""
     calls: int = 0
     #: set at every call (a test clears it, then waits for the next call)
     called: threading.Event = attrs.field(factory=threading.Event)
@@ -96,6 +99,8 @@ class PodResourcesServer:
             self.called.set()
             if self.mode == "garbage":
                 return b"\x0a\xff\xff\xff\xff\x0f"  # a length far past the end
+            if self.mode == "raw":
+                return self.raw
             if self.mode == "stall":
                 self.release.wait(30)
             if self.mode == "error":
@@ -135,3 +140,52 @@ class PodResourcesServer:
         if self._dir_fd is not None:
             os.close(self._dir_fd)
             self._dir_fd = None
+
+
+# --- hostile answers, encoded by hand (no encoder would make them) -----------------
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def field(number: int, body: bytes) -> bytes:
+    """One length-delimited field (a string or a sub-message)."""
+    return varint(number << 3 | 2) + varint(len(body)) + body
+
+
+def nested(depth: int) -> bytes:
+    """``depth`` messages, each the only field of the one around it."""
+    blob = b""
+    for _ in range(depth):
+        blob = field(1, blob)
+    return blob
+
+
+def _container(devices: int, ids: int) -> bytes:
+    device_list = field(1, b"nvidia.com/gpu") + field(2, b"0") * ids
+    return field(1, b"main") + field(2, device_list) * devices
+
+
+#: name -> (a List answer under the 4 MiB cap, what the refusal says; None:
+#: it may decode).  Each is cheap to refuse: the decoder stops at its first
+#: cap (``mokka.simulators.workload.podresources``).
+HOSTILE_LISTS = {
+    "two million empty pods": (b"\x0a\x00" * 2_000_000, "more than 5000 pods"),
+    "two million unknown fields": (b"\x48\x01" * 2_000_000, "more than 100000 fields"),
+    "a pod of 100,000 containers": (
+        field(1, field(3, b"") * 100_000), "more than 256 containers in one pod"),
+    "300 device lists in a container": (
+        field(1, field(3, _container(300, 1))), "more than 256 device lists"),
+    "20,100 grants in 100 containers": (
+        field(1, field(3, _container(1, 201)) * 100), "more than 20000 device grants"),
+    "a 3 MiB pod name": (field(1, field(1, b"p" * (3 << 20))), None),
+    "nested 2,000 deep as a container": (field(1, field(3, nested(2_000))), None),
+    "a varint of eleven bytes": (b"\x0a\x0b" + b"\xff" * 10 + b"\x01", "longer than 10 bytes"),
+    "a group": (b"\x0b" * 1000, "wire type 3"),
+}

@@ -126,8 +126,8 @@ def mock_ib(staged: Path) -> Iterator[list[int]]:
                     while frame := conn.recv(256):
                         change = mad.Control.unpack(frame).counter
                         received.append(change.value)
-                        # the reply's value field is 32 bits wide
-                        conn.send(mad.control_reply(mad.CTL_COUNTER, 0, change.value & 0xFFFFFFFF))
+                        # the reply and the whole 64-bit value after it
+                        conn.send(mad.counter_reply(0, change.value))
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()

@@ -1030,6 +1030,7 @@ def test_ib_fabric_is_off_by_default(helm: Helm) -> None:
         assert not [f for f in flags(docs) if f.startswith(("--ib-relay", "--ib-peer"))]
         assert [p["name"] for p in agent(docs)["ports"]] == ["health"]
         assert not by_kind(docs, "NetworkPolicy")
+        assert not by_kind(docs, "Secret")
 
 
 @pytest.mark.realclient
@@ -1054,6 +1055,7 @@ def test_ib_fabric_runs_the_relay_on_the_host_network(helm: Helm) -> None:
     namespace = parse_daemon_args(build_parser().parse_args, container["args"])
     settings = IbSettings.from_args(namespace)
     assert settings.relay_port == RELAY_PORT
+    assert str(settings.relay_key_file) == rendered["--ib-relay-key-file"]
     assert settings.peer_address("worker-1") == ("10.0.0.11", RELAY_PORT)
     assert settings.peer_address("worker-0") == ("worker-0", RELAY_PORT)
     # The notes say so, and read the health port at the node IP.
@@ -1066,9 +1068,44 @@ def test_ib_fabric_runs_the_relay_on_the_host_network(helm: Helm) -> None:
     assert 'curl -s "$IP:9091/readyz"' in notes
     # Another port reaches the flag and the container port alike.
     docs = helm.template(IB_FABRIC, "nodeAgent.ib.fabric.port=20000")
+    assert flags(docs)["--ib-relay-key-file"] == "/etc/mokka-ib-relay/key"
     assert flags(docs)["--ib-relay-port"] == "20000"
     assert {"name": "ib-relay", "containerPort": 20000, "protocol": "TCP"} in (
         agent(docs)["ports"])
+
+
+@pytest.mark.realclient
+def test_ib_fabric_mounts_the_relay_key_from_a_secret(helm: Helm) -> None:
+    import base64
+
+    docs = helm.template(IB_FABRIC)
+    (secret,) = by_kind(docs, "Secret")
+    key = base64.b64decode(secret["data"]["key"])
+    assert len(key) == 64
+    assert key.isalnum()
+    name = secret["metadata"]["name"]
+    assert name == daemonset(docs)["metadata"]["name"] + "-ib-relay"
+    # Mounted as a directory (a rotated Secret arrives), root's only, and named
+    # by the flag.
+    volume = next(v for v in pod_spec(docs)["volumes"] if v["name"] == "ib-relay-key")
+    assert volume["secret"] == {"secretName": name, "defaultMode": 0o400,
+                                "items": [{"key": "key", "path": "key"}]}
+    mount = next(m for m in agent(docs)["volumeMounts"] if m["name"] == "ib-relay-key")
+    assert mount == {"name": "ib-relay-key", "mountPath": "/etc/mokka-ib-relay",
+                     "readOnly": True}
+    assert "subPath" not in mount
+    assert flags(docs)["--ib-relay-key-file"] == f"{mount['mountPath']}/key"
+    # Each render without a cluster makes a key of its own: nothing fixed ships.
+    assert by_kind(helm.template(IB_FABRIC), "Secret")[0]["data"] != secret["data"]
+    # The user's own Secret: the chart makes none and mounts that one.
+    docs = helm.template(IB_FABRIC, "nodeAgent.ib.fabric.key.existingSecret=fabric-key")
+    assert not by_kind(docs, "Secret")
+    volume = next(v for v in pod_spec(docs)["volumes"] if v["name"] == "ib-relay-key")
+    assert volume["secret"]["secretName"] == "fabric-key"
+    # No relay, no key.
+    docs = helm.template(IB_FABRIC, "nodeAgent.profile=t4")
+    assert not by_kind(docs, "Secret")
+    assert "ib-relay-key" not in [v["name"] for v in pod_spec(docs).get("volumes", [])]
 
 
 @pytest.mark.realclient
@@ -1134,9 +1171,14 @@ def test_ib_fabric_profiles_without_hcas_are_the_built_in_ones() -> None:
          "'/nodeAgent/ib/fabric/networkPolicy': additional properties 'allow'"),
         (("nodeAgent.ib.fabric.relayPort=1",),
          "'/nodeAgent/ib/fabric': additional properties 'relayPort'"),
+        (("nodeAgent.ib.fabric.key.existingSecret=Not_A_Name",),
+         "/nodeAgent/ib/fabric/key/existingSecret"),
+        (("nodeAgent.ib.fabric.key.value=x",),
+         "'/nodeAgent/ib/fabric/key': additional properties 'value'"),
     ],
     ids=["no-topology", "ib-off", "health-port", "port-low", "port-high", "port-type",
-         "peer-no-port", "peer-port-range", "policy-key", "fabric-key"],
+         "peer-no-port", "peer-port-range", "policy-key", "fabric-key", "secret-name",
+         "key-value"],
 )
 def test_ib_fabric_values_that_cannot_work_are_refused(
     helm: Helm, sets: tuple[str, ...], message: str

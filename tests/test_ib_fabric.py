@@ -10,8 +10,9 @@ of a remote LID, ibnetdiscover and iblinkinfo listing every node's HCAs.
 Stopping a daemon makes ibping to it time out and its spine port go down;
 starting it again restores both, with the same LIDs.
 
-Every test checks at the end that each root is as it was, that no relay
-port is still open, and that every process it started has exited.
+The daemons share a fabric key (``--ib-relay-key-file``), which no log line
+carries.  Every test checks at the end that each root is as it was, that
+no relay port is still open, and that every process it started has exited.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from tests.ib_support import (
     small_profile,
     tool_env,
     topology_text,
+    write_relay_key,
 )
 from tests.support import require_tool, snapshot
 
@@ -93,6 +95,8 @@ class Fabric:
     profile: Path
     topology: Path
     native: Path
+    #: the fabric's shared relay key (outside every node root)
+    key_file: Path
     processes: list[trio.Process] = attrs.field(factory=list)
 
     def args(self, node: Node) -> list[str]:
@@ -102,7 +106,7 @@ class Fabric:
             "--profile", str(self.profile), "--topology", str(self.topology),
             "--health-addr", "127.0.0.1:0",
             "--ib-relay-address", "127.0.0.1", "--ib-relay-port", str(node.relay_port),
-            "--resync-interval", "0", *peers,
+            "--ib-relay-key-file", str(self.key_file), "--resync-interval", "0", *peers,
         ]
 
     async def start(self, node: Node) -> None:
@@ -122,6 +126,9 @@ class Fabric:
         with trio.fail_after(PROCESS_TIMEOUT):
             code = await stop_daemon(node.daemon, signal.SIGTERM)
         assert code == 0, "\n".join(node.daemon.lines)
+        # The key is a secret: no line of the log carries it.
+        key = self.key_file.read_text().strip()
+        assert not [line for line in node.daemon.lines if key in line]
         node.daemon = None
 
 
@@ -163,7 +170,8 @@ async def fabric_of(tmp_path: Path, native: Path, names: Sequence[str],
         root.mkdir()
         nodes.append(Node(name=name, root=root, relay_port=free_port(),
                           before=snapshot(root)))
-    fabric = Fabric(nodes=nodes, profile=profile, topology=topology, native=native)
+    fabric = Fabric(nodes=nodes, profile=profile, topology=topology, native=native,
+                    key_file=write_relay_key(tmp_path))
     try:
         for node in nodes:
             await fabric.start(node)

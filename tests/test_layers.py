@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "mokka.native": 0,
     "mokka.logs": 0,
     "mokka.lazylogger": 0,
+    "mokka.loglimit": 0,
     "mokka.state": 1,
     "mokka.host": 2,
     "mokka.artifacts": 2,

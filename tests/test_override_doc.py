@@ -10,7 +10,6 @@ JSON reading wherever the latter answers.
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 

@@ -78,7 +78,8 @@ RULES = [
      "overrides.yaml: all.failure.mode: 'on_fire' is not one of: healthy, lost, fallen_off_bus, "
      "ecc_uncorrectable"),
     ({"version": 1, "all": {"failure": {"mode": "lost", "after_calls": -1}}},
-     "overrides.yaml: all.failure.after_calls: -1 is out of range, expected 0..18446744073709551615"),
+     "overrides.yaml: all.failure.after_calls: -1 is out of range, "
+     "expected 0..18446744073709551615"),
     ({"version": 1, "all": {"xids": [{"code": 79, "when": "now"}]}},
      "overrides.yaml: all.xids[0].when: unknown key, expected one of: code, id"),
     ({"version": 1, "all": {"nvlink_errors": {"18": 1}}},

@@ -10,9 +10,12 @@ is on the simulator's poll counter, bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -21,7 +24,7 @@ import yaml
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.host import Host
-from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
+from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator, wire
 from mokka.simulators.workload.allocation import (
     Shares,
     allocation_for,
@@ -29,6 +32,8 @@ from mokka.simulators.workload.allocation import (
     render_workload,
 )
 from mokka.simulators.workload.podresources import (
+    MAX_FIELDS,
+    MAX_MESSAGE_BYTES,
     AnswerError,
     Grant,
     Holder,
@@ -37,7 +42,7 @@ from mokka.simulators.workload.podresources import (
 )
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.podresources_support import Pod, PodResourcesServer, compile_api
+from tests.podresources_support import HOSTILE_LISTS, Pod, PodResourcesServer, compile_api
 from tests.support import snapshot
 
 SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
@@ -370,4 +375,133 @@ async def test_off_polls_nothing_until_a_reload(host: Host, node_root: Path, h10
         await trio.testing.wait_all_tasks_blocked()
         assert sim.polls.value == 2
         nursery.cancel_scope.cancel()
+    await sim.discard(host)
+
+
+# --- hostile answers: bounded before they are paid for ----------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", sorted(HOSTILE_LISTS))
+def test_hostile_answers_stop_at_their_first_cap(name: str) -> None:
+    answer, words = HOSTILE_LISTS[name]
+    assert len(answer) <= MAX_MESSAGE_BYTES  # what the socket lets through
+    budget = wire.Budget(MAX_FIELDS)
+    if words is None:
+        grants = decode_list(answer, budget)
+        assert all(len(g.holder.pod) <= 253 for g in grants)
+    else:
+        with pytest.raises(AnswerError, match=words):
+            decode_list(answer, budget)
+    # The CPU a decode costs is bounded by the cap, not by the answer's size.
+    assert budget.spent <= MAX_FIELDS + 1
+
+
+class Abandoned(BaseException):
+    """Stands for ``trio.Cancelled``, which ``check_cancelled`` raises once abandoned."""
+
+
+@pytest.mark.timeout(60)
+def test_an_abandoned_decode_stops_at_its_next_checkpoint() -> None:
+    answer, _ = HOSTILE_LISTS["two million unknown fields"]
+    calls = []
+
+    def checkpoint() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise Abandoned
+
+    budget = wire.Budget(MAX_FIELDS, checkpoint)
+    with pytest.raises(Abandoned):
+        decode_list(answer, budget)
+    assert budget.spent == 3 * wire.CHECK_EVERY
+
+
+@attrs.define(eq=False)
+class StuckClient:
+    """A client whose call ignores its deadline, as a wedged gRPC call or a
+    long decode would: it ends when released or, when ``heeds_checkpoint``,
+    at the first checkpoint after its caller abandoned it."""
+
+    heeds_checkpoint: bool = False
+    release: threading.Event = attrs.field(factory=threading.Event)
+    ended: threading.Event = attrs.field(factory=threading.Event)
+    calls: int = 0
+    running: int = 0
+    most_at_once: int = 0
+    closed: bool = False
+    socket: Path | None = None
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def connect(self, socket: Path, timeout: float) -> StuckClient:
+        self.socket = socket
+        return self
+
+    def poll(self, checkpoint):
+        with self._lock:
+            self.calls += 1
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            while not self.release.wait(0.005):
+                if self.heeds_checkpoint:
+                    checkpoint()
+            return (), ()
+        finally:
+            with self._lock:
+                self.running -= 1
+            self.ended.set()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "mokka.simulators.workload.simulator" and r.levelno == logging.WARNING]
+
+
+async def test_no_second_call_while_an_abandoned_one_runs_and_teardown_never_waits(
+    host: Host, node_root: Path, h100: State, server: PodResourcesServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    before = snapshot(node_root)
+    stuck = StuckClient()
+    sim = WorkloadSimulator(settings=WorkloadSettings(poll_interval=0.01, call_timeout=0.02),
+                            connect=stuck.connect)
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(sim.run, host, h100)
+                await polls(sim, 6)
+                assert "abandoned, is still running; no new call until it ends" in (
+                    sim.readiness.reason)
+                nursery.cancel_scope.cancel()
+            await sim.discard(host)
+        # Teardown ended while the abandoned call still runs, and no poll
+        # started a second one beside it.
+        assert stuck.running == 1
+        assert (stuck.calls, stuck.most_at_once, stuck.closed) == (1, 1, True)
+        # Six failed polls, one line.
+        assert len(warnings_of(caplog)) == 1, warnings_of(caplog)
+    finally:
+        stuck.release.set()
+        assert await trio.to_thread.run_sync(stuck.ended.wait, 10)
+    assert snapshot(node_root) == before
+
+
+async def test_an_abandoned_call_ends_at_its_checkpoint_and_polling_goes_on(
+    host: Host, h100: State, server: PodResourcesServer
+) -> None:
+    stuck = StuckClient(heeds_checkpoint=True)
+    sim = WorkloadSimulator(settings=WorkloadSettings(poll_interval=0.01, call_timeout=0.02),
+                            connect=stuck.connect)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sim.run, host, h100)
+            await sim.polls.wait_value(lambda _: stuck.calls >= 3)
+            nursery.cancel_scope.cancel()
+    # Each abandoned call ended by itself (never released), one at a time.
+    assert stuck.most_at_once == 1
+    assert not stuck.release.is_set()
     await sim.discard(host)

@@ -38,6 +38,8 @@ import trio_util
 
 from mokka import layout
 from mokka.artifacts import ConvergeReport
+from mokka.daemon.faultsignals import fault_signals_blocked
+from mokka.daemon.limits import raise_fd_limit
 from mokka.daemon.memory import limit_malloc_arenas
 from mokka.daemon.nodelock import hold_node_root, try_hold_node_root
 from mokka.daemon.reconciler import Reconciler
@@ -131,6 +133,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
     setup_logging(level=settings.log_level, fmt=settings.log_format)
     # before trio starts its first worker thread (``mokka.daemon.memory``)
     limit_malloc_arenas()
+    raise_fd_limit()  # many clients, and files for the passes (``mokka.daemon.limits``)
     root = settings.root.absolute()
     created_root = not root.exists()
     try:
@@ -175,11 +178,16 @@ class _HeldRootRecord:
 
 @contextlib.contextmanager
 def _signals_ignored_until_handled():
-    """See ``ignore_signals_until_handled``; the handlers come back afterwards."""
+    """See ``ignore_signals_until_handled``; the handlers come back afterwards.
+
+    The fault signals are blocked here too, before trio starts a thread:
+    each thread keeps the mask it started with (``faultsignals``).
+    """
     saved = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
     ignore_signals_until_handled()
     try:
-        yield
+        with fault_signals_blocked():
+            yield
     finally:
         for signum, handler in saved.items():
             if handler is not None:

@@ -21,8 +21,10 @@ reconciler and supervisor publish, so a probe never blocks a pass.
 
 Every text that may come from input (errors, reasons) is cut to
 ``status.MAX_TEXT`` characters: enough to name the file and the field,
-never a file's content.  hypercorn's own "Running on ..." line is silenced:
-the daemon logs where the probes are itself.
+never a file's content.  The daemon logs where the probes are itself (one
+line), and hypercorn only speaks HTTP on each connection: accepting them,
+and bounding what a client can do to the server, is
+``mokka.daemon.probeserver``'s.
 
 Why a bare ASGI app rather than quart-trio (the stack the design names):
 three GET routes that return a frozen snapshot as JSON need no routing,
@@ -267,21 +269,6 @@ def create_app(view: DaemonView) -> ProbeApp:
     return app
 
 
-class _NotRunningOn(logging.Filter):
-    """Drops hypercorn's "Running on http://... (CTRL + C to quit)": ours says it already."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Running on ")
-
-
-def _server_log() -> logging.Logger:
-    """hypercorn's error log: our logger, without its start-up line."""
-    log = logging.getLogger("mokka.daemon.health.server")
-    if not any(isinstance(f, _NotRunningOn) for f in log.filters):
-        log.addFilter(_NotRunningOn())
-    return log
-
-
 def _bind(host: str, port: int) -> str:
     """hypercorn's bind spelling: IPv6 literals in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -298,21 +285,25 @@ async def serve_health(
 
     The bound port is reported (port 0 binds any free one), so tests and the
     log know where the probes are.  The socket is bound here, before
-    hypercorn starts, so a busy address is one ``ListenError`` naming the
-    flag instead of a nest of exception groups.
+    serving starts, so a busy address is one ``ListenError`` naming the
+    flag instead of a nest of exception groups.  hypercorn speaks HTTP on
+    each connection; ``mokka.daemon.probeserver`` accepts them and bounds
+    what a client can do to the server (errors, floods, clients that never
+    read).
     """
     # imported here: hypercorn (with its HTTP/1, HTTP/2 and WebSocket stacks)
     # is among a daemon's largest imports, and ``--once`` never serves probes
     from hypercorn.config import Config
-    from hypercorn.trio.run import worker_serve
     from hypercorn.utils import wrap_app
+
+    from mokka.daemon.probeserver import ProbeServer
 
     # A fresh Config per server: hypercorn's Config is mutable, and sharing
     # one would make two daemons in one process (tests) step on each other.
     config = Config()
     config.bind = [_bind(*addr)]
     config.accesslog = None  # probes every few seconds would drown the log
-    config.errorlog = _server_log()
+    config.errorlog = logging.getLogger("mokka.daemon.health.server")
     config.graceful_timeout = GRACEFUL_TIMEOUT
 
     try:
@@ -321,20 +312,15 @@ async def serve_health(
         raise ListenError(
             f"--health-addr: cannot listen on {_bind(*addr)}: {(exc.strerror or str(exc)).lower()}"
         ) from None
-    for sock in sockets.insecure_sockets:
-        sock.listen(config.backlog)
+    (sock,) = sockets.insecure_sockets
+    sock.listen(config.backlog)
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    server = ProbeServer(wrap_app(app, config.wsgi_max_body_size, "asgi"), config)
     async with trio.open_nursery() as nursery:
-        # hypercorn reports its binds (``http://127.0.0.1:40123``) once listening.
-        binds: list[str] = await nursery.start(
-            functools.partial(
-                worker_serve,
-                wrap_app(app, config.wsgi_max_body_size, "asgi"),
-                config,
-                sockets=sockets,
-                shutdown_trigger=shutdown_trigger,
-            )
+        await nursery.start(
+            functools.partial(server.serve, listener, shutdown_trigger=shutdown_trigger)
         )
-        port = int(binds[0].rsplit(":", 1)[1])
+        port = sock.getsockname()[1]
         logger.info(
             "health probes on http://%s/healthz /readyz /metrics",
             _bind(addr[0], port),

@@ -131,6 +131,18 @@ fabric is enabled, the topology document (whose nodes are the fabric) is
 rendered, IB is not off, and the profile has HCAs (a custom profile is
 trusted to).  mokka.validate refuses the first without the next two.
 */}}
+{{/*
+The relay key's Secret (nodeAgent.ib.fabric.key): the user's, or the chart's
+own (templates/secret-ib-relay.yaml), and where the agent mounts it.
+*/}}
+{{- define "mokka.ibRelaySecret" -}}
+{{- .Values.nodeAgent.ib.fabric.key.existingSecret | default (printf "%s-ib-relay" (include "mokka.fullname" .)) }}
+{{- end }}
+
+{{- define "mokka.ibRelayKeyDir" -}}
+/etc/mokka-ib-relay
+{{- end }}
+
 {{- define "mokka.ibFabric" -}}
 {{- $a := .Values.nodeAgent }}
 {{- $ibOff := or (kindIs "bool" $a.ib.mode) (eq (toString $a.ib.mode) "off") }}
@@ -206,6 +218,7 @@ port-forward` (localhost) no longer reaches it.
 - {{ printf "--ib-mode=%s" (ternary "off" $a.ib.mode (kindIs "bool" $a.ib.mode)) | quote }}
 {{- if include "mokka.ibFabric" . }}
 - {{ printf "--ib-relay-port=%v" $a.ib.fabric.port | quote }}
+- {{ printf "--ib-relay-key-file=%s/key" (include "mokka.ibRelayKeyDir" .) | quote }}
 {{- range $node, $address := $a.ib.fabric.peers }}
 - {{ printf "--ib-peer=%s=%s" $node $address | quote }}
 {{- end }}

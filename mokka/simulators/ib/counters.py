@@ -108,7 +108,7 @@ def change_counters(
             mode = mad.COUNTER_SET if set_ else mad.COUNTER_ADD
             for name, value in changes:
                 sock.send(mad.counter_frame(hca, name, mode, value))
-                _op, result, new = mad.parse_reply(sock.recv(64))
+                result, new = mad.parse_counter_reply(sock.recv(64))
                 if result == -errno.ENODEV:
                     raise CounterError(f"{VERB} --hca: mlx5_{hca}: the node has no such HCA")
                 if result < 0:

@@ -50,8 +50,9 @@ STATUS_INVALID_FIELD = 0x001C
 DR_DIRECTION = 0x8000
 
 #: ``errno`` values the kernel puts in the umad ``status`` of a send that
-#: got no answer.
+#: got no answer, and (``ENOMEM``) of one it had no room for.
 ETIMEDOUT = 110
+ENOMEM = 12
 
 #: QP and Q_Key of the general services interface (QP1).
 GSI_QPN = 1
@@ -185,6 +186,8 @@ _REPLY = struct.Struct("=4sIiI")
 _COUNTER = struct.Struct("=32sIQ")
 COUNTER_ADD = 0
 COUNTER_SET = 1
+#: The modes there are; any other is refused.
+COUNTER_MODES = (COUNTER_ADD, COUNTER_SET)
 
 
 @attrs.frozen
@@ -251,11 +254,14 @@ class Control:
         return cls(op=op, arg=arg, registration=registration, counter=counter)
 
 
+def control_frame(op: int, arg: int = 0, payload: bytes = b"") -> bytes:
+    """A control frame as the shim writes it: magic, ``op``, ``arg``, ``payload``."""
+    return _CONTROL.pack(CONTROL_MAGIC, op, arg) + payload
+
+
 def counter_frame(hca: int, name: str, mode: int, value: int) -> bytes:
     """The control frame of a counter change (``CTL_COUNTER``)."""
-    return _CONTROL.pack(CONTROL_MAGIC, CTL_COUNTER, hca) + _COUNTER.pack(
-        name.encode()[:32], mode, value
-    )
+    return control_frame(CTL_COUNTER, hca, _COUNTER.pack(name.encode()[:32], mode, value))
 
 
 def parse_reply(frame: bytes) -> tuple[int, int, int]:
@@ -269,3 +275,28 @@ def parse_reply(frame: bytes) -> tuple[int, int, int]:
 def control_reply(op: int, result: int = 0, value: int = 0) -> bytes:
     """The shim's answer to a control frame: ``result`` 0 or ``-errno``."""
     return _REPLY.pack(CONTROL_MAGIC, op, result, value)
+
+
+#: A ``CTL_COUNTER`` reply's whole value after the reply (the reply's own
+#: value field has 32 bits; the data and packet counters have 64).
+_WIDE = struct.Struct("=Q")
+
+
+def counter_reply(result: int, value: int = 0) -> bytes:
+    """The answer to ``CTL_COUNTER``: the reply, then the counter's 64-bit value."""
+    return control_reply(CTL_COUNTER, result, min(value, 0xFFFFFFFF)) + _WIDE.pack(value)
+
+
+def parse_counter_reply(frame: bytes) -> tuple[int, int]:
+    """(result, value) of a ``counter_reply``; ``ValueError`` when it is none.
+
+    A plain 16-byte reply (a daemon of an earlier release) gives the 32-bit value."""
+    if len(frame) not in (_REPLY.size, _REPLY.size + _WIDE.size):
+        raise ValueError(f"counter reply of {len(frame)} bytes, expected "
+                         f"{_REPLY.size + _WIDE.size}")
+    op, result, value = parse_reply(frame[: _REPLY.size])
+    if op != CTL_COUNTER:
+        raise ValueError(f"counter reply for op {op}")
+    if len(frame) > _REPLY.size:
+        (value,) = _WIDE.unpack_from(frame, _REPLY.size)
+    return result, value

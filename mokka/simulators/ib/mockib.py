@@ -8,7 +8,8 @@ the node daemon stops.  What it serves follows from the state:
   has HCAs and IB is not off;
 * the relay (``relay.py``) on ``--ib-relay-address``/``--ib-relay-port``,
   when that port is given and the topology document puts this node in a
-  fabric with other nodes.
+  fabric with other nodes; its peers prove the key of
+  ``--ib-relay-key-file``.
 
 ``reload`` swaps in the new fabric view at once (HCAs, port states,
 descriptions: the next MAD sees them); a change of what is served (socket
@@ -179,6 +180,7 @@ class MockIb:
                 nodes=serving.nodes, me=serving.me, addresses=dict(serving.addresses),
                 listen=(self.settings.relay_address, self.settings.relay_port or 0),
                 own_guids=self._own_guids, on_message=self._on_relay,
+                key_file=self.settings.relay_key_file,
             )
         self._relay = relay
         service = MadService(fabric=self._fabric(host, state), relay=relay,

@@ -1,81 +1,274 @@
-"""The relay: MADs between the daemons of one fabric, over TCP.
+"""The relay: MADs between the daemons of one fabric, over TCP, between key holders.
 
 Each daemon listens on its relay port and dials every other node of the
 fabric.  A dialled connection carries this daemon's messages to that peer;
 an accepted one carries the peer's messages here, so each direction has its
-own stream and neither side has to arbitrate.  Messages are length-prefixed
-JSON (a 4-byte big-endian length, then the object; MADs as hex):
+own stream and neither side has to arbitrate.
 
-* ``hello``: the first message on every connection: the sender's node
-  name, its fabric node list (must equal ours, else the connection is
-  refused), and its HCAs' port GUIDs with their LIDs (what the SM's
-  PathRecord answers and the switches' forwarding tables need); sent
-  again whenever the sender's HCAs change (``announce``);
+Who is a peer.  The fabric's daemons share one secret key (the file
+``--ib-relay-key-file``, a Kubernetes Secret on a cluster; ``docs/ib.md``
+says how it is provisioned and rotated).  A connection counts only once
+the other end has proved it holds the key, on both sides: an accepted
+stream whose hello does not verify is dropped before anything in it is
+read, and a dialled peer is live only once it has answered with a frame
+only a key holder can make, so whoever holds the address of a peer that is
+down cannot stand in for it.  The node names come from the topology
+document: a hello from a name that is not in the fabric is refused.  The
+relay is the simulator's integrity check between nodes, not a security
+boundary for real InfiniBand (see the threat model in ``docs/ib.md``).
+
+Wire format (version 2).  On connecting, each side sends its greeting,
+40 bytes: ``MAGIC`` (``MKIBRLY2``) and a fresh random 32-byte nonce.  Then
+frames, each::
+
+    length (4 bytes, big-endian: of the body) | body (JSON object) | tag (32 bytes)
+
+    tag     = HMAC-SHA256(session, direction | sequence | body)
+    session = HMAC-SHA256(key, "mokka-ib-relay/2" | dialler's nonce | acceptor's nonce)
+
+``direction`` is one byte, ``D`` on frames the dialler sends, ``A`` on the
+acceptor's; ``sequence`` is the frame's index in its direction, 8 bytes
+big-endian from 0, counted by both ends and never sent.  Both nonces are
+new on every connection, so a frame recorded on one fails on any other;
+the sequence makes a frame replayed, dropped or moved within one fail.  A
+frame that does not verify ends the connection.  The frames:
+
+* ``hello`` (the dialler's frame 0, and again whenever its HCAs change:
+  ``announce``): the sender's node name, its fabric node list (must equal
+  ours: the two would disagree on LIDs), and its HCAs' port GUIDs with
+  their LIDs (what the SM's PathRecord answers and the switches'
+  forwarding tables need);
+* ``welcome`` (the acceptor's frame 0, its only one): its node name, sent
+  once the hello verified; the dialler counts the peer live on it;
 * ``req``: a MAD for an entity the receiver owns (see ``service.py``);
 * ``resp``: the answer to a ``req``, sent back on the answerer's own
-  dialled connection to the origin.
+  dialled connection to the origin, which takes it only from the peer it
+  sent that request to.
 
-Liveness is event-driven, with no timers: a peer is live while our dialled
-connection to it is open; its end-of-file (the peer stopped) marks it down
-at once.  A peer that starts dials everyone, and an accepted hello from a
-peer we have no connection to makes us dial it back, so a restarted daemon
-is back in the fabric as soon as it is up.
+Liveness is event-driven: a peer is live while our dialled connection to
+it is open; its end-of-file (the peer stopped) marks it down at once.  A
+peer that starts dials everyone, and a verified hello from a peer we have
+no connection to makes us dial it back, so a restarted daemon is back in
+the fabric as soon as it is up.  The only timers bound what a stranger
+can hold: the greeting and hello must arrive within ``HELLO_TIMEOUT``, at
+most ``MAX_UNVERIFIED`` connections may wait for theirs, each peer keeps
+one accepted stream, a peer that stops reading is dropped after
+``SEND_TIMEOUT``, and running out of descriptors in ``accept`` backs off
+instead of failing.  What a stream sends that the relay cannot take (a
+bad tag, deep or non-finite JSON, a frame over ``MAX_MESSAGE``) drops that
+stream alone, with one rate-limited log line.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import hmac
 import json
 import logging
+import os
+import secrets
+import stat
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
+from mokka.errors import SpecError
+from mokka.loglimit import LogLimit
+
 logger = logging.getLogger(__name__)
 
-#: Bound on one dial: the peers are on the cluster network (or loopback).
+#: Bound on one dial, greeting, hello and welcome: the peers are on the
+#: cluster network (or loopback).
 DIAL_TIMEOUT = 3.0
-#: A message larger than this is a protocol error (a MAD is 256 bytes).
+#: Seconds an accepted connection has for its greeting and verified hello;
+#: a peer needs milliseconds, a stranger holding a connection open gets no more.
+HELLO_TIMEOUT = 5.0
+#: Accepted connections waiting for their hello at once; more are closed as
+#: soon as they are accepted (a peer's hello takes one round trip).
+MAX_UNVERIFIED = 64
+#: Seconds a send to a peer may take; a peer that stops reading is dropped
+#: (its MADs time out) rather than holding up the service.
+SEND_TIMEOUT = 5.0
+#: A frame body larger than this is a protocol error (a MAD is 256 bytes).
 MAX_MESSAGE = 64 * 1024
+#: First and longest pause of ``accept`` when the process is out of
+#: descriptors (or memory): clients close theirs meanwhile.
+ACCEPT_BACKOFF = (0.1, 2.0)
+_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+MAGIC = b"MKIBRLY2"
+NONCE_SIZE = 32
+TAG_SIZE = 32
+_LABEL = b"mokka-ib-relay/2"
+DIALLER, ACCEPTOR = b"D", b"A"
+#: The key file: 1 to ``MAX_KEYS`` keys, one a line, each at least
+#: ``MIN_KEY`` bytes (256 bits of a hex or alphanumeric secret).
+MIN_KEY = 32
+MAX_KEYS = 4
+_MAX_KEY_FILE = 4096
+#: HCAs a hello may announce (a node has a few; the bound keeps a hello small).
+MAX_HCAS = 256
 
 
-async def _send(stream: trio.SocketStream, message: Mapping[str, Any]) -> None:
-    body = json.dumps(message, separators=(",", ":")).encode()
-    await stream.send_all(len(body).to_bytes(4, "big") + body)
+class ProtocolError(ValueError):
+    """What a relay stream sent cannot be taken: the stream is dropped."""
 
 
-async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes | None:
-    data = b""
+def load_keys(path: Path | None) -> tuple[bytes, ...]:
+    """The fabric keys in ``path``, first the one that signs what this daemon dials.
+
+    Several keys (one a line) let a key be rotated without a gap: an accepted
+    hello may verify under any of them.  Read without blocking (a FIFO at the
+    path cannot stall the relay) and never logged; ``SpecError`` with one line
+    naming the flag, the file and what was expected.
+    """
+    expected = (f"expected 1 to {MAX_KEYS} shared keys of at least {MIN_KEY} bytes, "
+                "one a line (the fabric's relay key)")
+    if path is None:
+        raise SpecError(f"--ib-relay-key-file: not given, {expected}: the relay takes no "
+                        "peer it cannot authenticate")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SpecError(f"--ib-relay-key-file: {path}: cannot open it ({exc.strerror}), "
+                        f"{expected}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SpecError(f"--ib-relay-key-file: {path}: not a regular file, {expected}")
+        data = os.read(fd, _MAX_KEY_FILE + 1)
+    except OSError as exc:
+        raise SpecError(f"--ib-relay-key-file: {path}: cannot read it ({exc.strerror}), "
+                        f"{expected}") from None
+    finally:
+        os.close(fd)
+    keys = tuple(line.strip() for line in data.splitlines() if line.strip())
+    if len(data) > _MAX_KEY_FILE or not 1 <= len(keys) <= MAX_KEYS or any(
+        len(key) < MIN_KEY for key in keys
+    ):
+        found = (f"over {_MAX_KEY_FILE} bytes" if len(data) > _MAX_KEY_FILE else
+                 f"{len(keys)} key(s) of {', '.join(str(len(k)) for k in keys) or 'no'} bytes")
+        raise SpecError(f"--ib-relay-key-file: {path}: {found}, {expected}")
+    return keys
+
+
+def session_key(key: bytes, dialler_nonce: bytes, acceptor_nonce: bytes) -> bytes:
+    """The key of one connection's tags (see the module docstring)."""
+    return hmac.new(key, _LABEL + dialler_nonce + acceptor_nonce, hashlib.sha256).digest()
+
+
+def _tag(session: bytes, direction: bytes, sequence: int, body: bytes) -> bytes:
+    return hmac.new(session, direction + sequence.to_bytes(8, "big") + body,
+                    hashlib.sha256).digest()
+
+
+def _no_constant(name: str) -> Any:
+    raise ProtocolError(f"{name} in a relay message, expected finite numbers")
+
+
+def _decode(body: bytes) -> dict[str, Any]:
+    """A frame body as a JSON object; ``ProtocolError`` for anything else."""
+    try:
+        message = json.loads(body, parse_constant=_no_constant)
+    except RecursionError:
+        raise ProtocolError("relay message nested too deep") from None
+    except ValueError as exc:  # also UnicodeDecodeError, and digits past the int limit
+        raise ProtocolError(f"relay message is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("relay message is not a JSON object")
+    return message
+
+
+async def _receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes | None:
+    data = bytearray()
     while len(data) < size:
         chunk = await stream.receive_some(size - len(data))
         if not chunk:
             return None
         data += chunk
-    return data
+    return bytes(data)
 
 
-async def receive(stream: trio.SocketStream) -> dict[str, Any] | None:
-    """The next message, or ``None`` at end of stream; ``ValueError`` on garbage."""
+async def read_greeting(stream: trio.abc.ReceiveStream) -> bytes:
+    """The other end's nonce; ``ProtocolError`` for anything but a greeting."""
+    data = await _receive_exactly(stream, len(MAGIC) + NONCE_SIZE)
+    if data is None:
+        raise ProtocolError("closed before its greeting")
+    if not data.startswith(MAGIC):
+        raise ProtocolError("no relay greeting (not a mokka-ib relay, or an older one)")
+    return data[len(MAGIC):]
+
+
+async def read_frame(stream: trio.abc.ReceiveStream) -> tuple[bytes, bytes] | None:
+    """The next frame's (body, tag), unverified; ``None`` at end of stream."""
     head = await _receive_exactly(stream, 4)
     if head is None:
         return None
     size = int.from_bytes(head, "big")
     if size > MAX_MESSAGE:
-        raise ValueError(f"relay message of {size} bytes, expected at most {MAX_MESSAGE}")
-    body = await _receive_exactly(stream, size)
-    if body is None:
+        raise ProtocolError(f"relay message of {size} bytes, expected at most {MAX_MESSAGE}")
+    rest = await _receive_exactly(stream, size + TAG_SIZE)
+    if rest is None:
         return None
-    message = json.loads(body)
-    if not isinstance(message, dict):
-        raise ValueError("relay message is not a JSON object")
-    return message
+    return rest[:size], rest[size:]
 
 
 @attrs.define(eq=False)
-class _Peer:
+class Channel:
+    """One authenticated connection: tags and sequence numbers per direction."""
+
     stream: trio.SocketStream
-    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    session: bytes
+    #: direction byte of the frames this end sends (``DIALLER``/``ACCEPTOR``)
+    sends: bytes
+    _sent: int = attrs.field(default=0, init=False)
+    _received: int = attrs.field(default=0, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+
+    @property
+    def receives(self) -> bytes:
+        return ACCEPTOR if self.sends == DIALLER else DIALLER
+
+    def verifies(self, body: bytes, tag: bytes) -> bool:
+        """Whether ``tag`` is the next frame's; counts it when it is."""
+        if not hmac.compare_digest(tag, _tag(self.session, self.receives, self._received, body)):
+            return False
+        self._received += 1
+        return True
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        async with self._lock:
+            tag = _tag(self.session, self.sends, self._sent, body)
+            self._sent += 1
+            await self.stream.send_all(len(body).to_bytes(4, "big") + body + tag)
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next verified message, or ``None`` at end of stream."""
+        frame = await read_frame(self.stream)
+        if frame is None:
+            return None
+        if not self.verifies(*frame):
+            raise ProtocolError("a frame failed authentication (another key, or replayed)")
+        return _decode(frame[0])
+
+
+def _guids(message: Mapping[str, Any]) -> dict[int, int]:
+    """A hello's port GUID → LID map, checked: decimal GUIDs under 2**64, unicast LIDs."""
+    guids = message.get("guids")
+    if not isinstance(guids, dict) or len(guids) > MAX_HCAS:
+        raise ProtocolError(f"hello without a map of at most {MAX_HCAS} port GUIDs to LIDs")
+    checked: dict[int, int] = {}
+    for guid, lid in guids.items():
+        if not (isinstance(guid, str) and guid.isascii() and guid.isdigit() and len(guid) <= 20
+                and int(guid) < 1 << 64 and type(lid) is int and 0 < lid < 0xC000):
+            raise ProtocolError(f"hello names port GUID {guid!r} at LID {lid!r}, expected a "
+                                "64-bit GUID in decimal and a unicast LID")
+        checked[int(guid)] = lid
+    return checked
 
 
 @attrs.define(eq=False)
@@ -88,14 +281,28 @@ class Relay:
     listen: tuple[str, int]
     #: what this node says in its hello: port GUID → LID of its HCAs
     own_guids: Callable[[], Mapping[int, int]]
-    #: called with (peer index, message) for every ``req``/``resp``
+    #: called with (peer index, message) for every verified ``req``/``resp``
     on_message: Callable[[int, dict[str, Any]], Awaitable[None]]
-    _out: dict[int, _Peer] = attrs.field(factory=dict, init=False)
+    #: the fabric's key file (``load_keys``), read at start and again for every
+    #: connection, so a rotated Secret takes effect without a restart
+    key_file: Path | None = None
+    _out: dict[int, Channel] = attrs.field(factory=dict, init=False)
+    #: each peer's one accepted stream (a newer one replaces it)
+    _in: dict[int, Channel] = attrs.field(factory=dict, init=False)
     _guids: dict[int, dict[int, int]] = attrs.field(factory=dict, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _dialing: set[int] = attrs.field(factory=set, init=False)
+    #: accepted connections still waiting for a verified hello
+    _unverified: int = attrs.field(default=0, init=False)
+    _dropped: LogLimit = attrs.field(factory=lambda: LogLimit(logger), init=False)
+    _refused: LogLimit = attrs.field(factory=lambda: LogLimit(logger), init=False)
     #: the port actually bound (``listen`` may ask for 0)
     port: int = attrs.field(default=0, init=False)
+
+    @property
+    def unverified(self) -> int:
+        """Accepted connections waiting for their hello now (bounded by ``MAX_UNVERIFIED``)."""
+        return self._unverified
 
     def is_live(self, k: int) -> bool:
         return k in self._out
@@ -116,20 +323,53 @@ class Relay:
             raise OSError(exc.errno, f"--ib-relay-port: cannot listen on {host}:{port}: "
                           f"{exc.strerror or exc}") from exc
         try:
+            # No peer is taken before the key is known to be good: a missing,
+            # short or unreadable key fails the start, in one line.
+            load_keys(self.key_file)
             self.port = listeners[0].socket.getsockname()[1]
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(trio.serve_listeners, self._accepted, listeners)
+                for listener in listeners:
+                    nursery.start_soon(self._serve, listener, nursery)
                 for k in self.addresses:
                     nursery.start_soon(self._dial, k)
                 task_status.started()
         finally:
             self._nursery = None
-            for peer in self._out.values():
-                await trio.aclose_forcefully(peer.stream)
+            # Shielded: on the way down each close is a checkpoint, which would
+            # raise the cancellation again after the first and leak the rest.
+            with trio.CancelScope(shield=True):
+                for channel in [*self._out.values(), *self._in.values()]:
+                    await trio.aclose_forcefully(channel.stream)
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
             self._out.clear()
-            for listener in listeners:
-                await trio.aclose_forcefully(listener)
+            self._in.clear()
+            self._dropped.flush()
+            self._refused.flush()
+
+    async def _serve(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        """Accept until cancelled; out of descriptors, back off and go on."""
+        backoff = ACCEPT_BACKOFF[0]
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _CAPACITY_ERRNOS:
+                    raise
+                self._refused.warning("ib relay: cannot accept a connection (%s); retrying "
+                                      "in %gs", os.strerror(exc.errno), backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, ACCEPT_BACKOFF[1])
+                continue
+            backoff = ACCEPT_BACKOFF[0]
+            if self._unverified >= MAX_UNVERIFIED:
+                self._refused.warning("ib relay: refused a connection from %s: %d are waiting "
+                                      "for their hello already", _remote(stream), MAX_UNVERIFIED)
+                await trio.aclose_forcefully(stream)
+                continue
+            self._unverified += 1
+            nursery.start_soon(self._accepted, stream)
 
     def hello(self) -> dict[str, Any]:
         return {
@@ -139,52 +379,81 @@ class Relay:
             "guids": {str(g): lid for g, lid in self.own_guids().items()},
         }
 
+    def _keys(self) -> tuple[bytes, ...]:
+        try:
+            return load_keys(self.key_file)
+        except SpecError as exc:
+            # The file went bad under a running relay (a half-made rotation):
+            # connections fail until it is mended; the relay stays up.
+            raise ProtocolError(str(exc)) from None
+
     async def _dial(self, k: int) -> None:
-        """Connect to peer ``k`` (once; failures leave it down until it dials us)."""
+        """Connect to peer ``k`` and have it prove the key (once; failures
+        leave it down until it dials us)."""
         if k in self._out or k in self._dialing:
             return
         self._dialing.add(k)
         host, port = self.addresses[k]
-        stream = None
+        stream = channel = None
         try:
-            with trio.move_on_after(DIAL_TIMEOUT):
+            with trio.fail_after(DIAL_TIMEOUT):
+                key = self._keys()[0]
                 stream = await trio.open_tcp_stream(host, port)
-                await _send(stream, self.hello())
-                peer = _Peer(stream)
-                self._out[k] = peer
+                nonce = secrets.token_bytes(NONCE_SIZE)
+                await stream.send_all(MAGIC + nonce)
+                theirs = await read_greeting(stream)
+                channel = Channel(stream, session_key(key, nonce, theirs), sends=DIALLER)
+                await channel.send(self.hello())
+                welcome = await channel.receive()
+                if welcome != {"t": "welcome", "node": self.nodes[k]}:
+                    raise ProtocolError(f"answered {welcome!r:.80}, expected the welcome of "
+                                        f"{self.nodes[k]}")
+                self._out[k] = channel
                 logger.info("ib relay: connected to %s at %s:%d", self.nodes[k], host, port)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             logger.debug("ib relay: %s at %s:%d unreachable: %s", self.nodes[k], host, port, exc)
+        except (ProtocolError, trio.TooSlowError) as exc:
+            # Something answers at the peer's address but does not prove the
+            # key: not our peer (or one with another key); it stays down.
+            self._refused.warning("ib relay: %s at %s:%d is not taken as a peer: %s",
+                                  self.nodes[k], host, port,
+                                  exc if str(exc) else "it did not answer with the fabric key "
+                                  f"within {DIAL_TIMEOUT:g}s")
         finally:
             self._dialing.discard(k)
-        if k in self._out and self._out[k].stream is stream:
-            await self._watch(k, self._out[k])
+        if channel is not None and self._out.get(k) is channel:
+            await self._watch(k, channel)
         elif stream is not None:
             await trio.aclose_forcefully(stream)
 
-    async def _watch(self, k: int, peer: _Peer) -> None:
-        """The peer never writes on our dialled stream: end-of-file means it is gone."""
+    async def _watch(self, k: int, channel: Channel) -> None:
+        """The peer never writes after its welcome: end-of-file means it is gone."""
         try:
-            while await peer.stream.receive_some(4096):
+            while await channel.stream.receive_some(4096):
                 pass
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
-        if self._out.get(k) is peer:
+        if self._out.get(k) is channel:
             del self._out[k]
             logger.info("ib relay: %s went away (its links are down)", self.nodes[k])
-        await trio.aclose_forcefully(peer.stream)
+        await trio.aclose_forcefully(channel.stream)
 
     async def send(self, k: int, message: Mapping[str, Any]) -> bool:
         """Send to peer ``k``; ``False`` when it is not live (the MAD is lost)."""
-        peer = self._out.get(k)
-        if peer is None:
+        channel = self._out.get(k)
+        if channel is None:
             return False
         try:
-            async with peer.lock:
-                await _send(peer.stream, message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            if self._out.get(k) is peer:
+            with trio.fail_after(SEND_TIMEOUT):
+                await channel.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
+                trio.TooSlowError) as exc:
+            if self._out.get(k) is channel:
                 del self._out[k]
+                logger.info("ib relay: %s went away (%s)", self.nodes[k],
+                            exc if str(exc) else f"it read nothing for {SEND_TIMEOUT:g}s")
+            # Half a frame may have gone: the stream cannot carry another.
+            await trio.aclose_forcefully(channel.stream)
             return False
         return True
 
@@ -193,32 +462,87 @@ class Relay:
         for k in list(self._out):
             await self.send(k, self.hello())
 
+    def _peer_of(self, hello: Mapping[str, Any]) -> int:
+        """The fabric node a verified hello comes from; ``ProtocolError`` if none."""
+        if hello.get("t") != "hello":
+            raise ProtocolError(f"first message is {hello.get('t')!r:.40}, expected a hello")
+        if hello.get("nodes") != list(self.nodes):
+            raise ProtocolError(f"its fabric node list {hello.get('nodes')!r:.200} differs "
+                                f"from ours {list(self.nodes)}")
+        node = hello.get("node")
+        if node not in self.nodes:
+            raise ProtocolError(f"{node!r:.80} is not a node of the fabric")
+        k = self.nodes.index(node)
+        if k == self.me:
+            raise ProtocolError(f"a peer calls itself {node}, this node's name")
+        return k
+
+    async def _verify(self, stream: trio.SocketStream) -> tuple[int, Channel]:
+        """Greetings, then a hello that verifies under a key of ours; the welcome."""
+        nonce = secrets.token_bytes(NONCE_SIZE)
+        await stream.send_all(MAGIC + nonce)
+        theirs = await read_greeting(stream)
+        frame = await read_frame(stream)
+        if frame is None:
+            raise ProtocolError("closed before its hello")
+        for key in self._keys():
+            channel = Channel(stream, session_key(key, theirs, nonce), sends=ACCEPTOR)
+            if channel.verifies(*frame):
+                break
+        else:
+            raise ProtocolError("its hello does not verify under the fabric key")
+        hello = _decode(frame[0])
+        k = self._peer_of(hello)
+        self._guids[k] = _guids(hello)
+        await channel.send({"t": "welcome", "node": self.nodes[self.me]})
+        return k, channel
+
     async def _accepted(self, stream: trio.SocketStream) -> None:
-        """One peer's incoming stream: its hello, then its messages."""
+        """One peer's incoming stream: its proof and hello, then its messages."""
+        remote = _remote(stream)
+        k: int | None = None
+        channel: Channel | None = None
         try:
-            hello = await receive(stream)
-            if hello is None or hello.get("t") != "hello":
-                return
-            if list(hello.get("nodes", [])) != list(self.nodes):
-                logger.warning(
-                    "ib relay: refusing %s: its fabric node list %s differs from ours %s",
-                    hello.get("node"), hello.get("nodes"), list(self.nodes),
-                )
-                return
-            k = self.nodes.index(str(hello["node"]))
-            if k == self.me:
-                raise ValueError(f"a peer calls itself {self.nodes[k]}, this node's name")
-            self._guids[k] = {int(g): int(lid) for g, lid in dict(hello["guids"]).items()}
-            if k not in self._out and k != self.me and self._nursery is not None:
+            try:
+                with trio.move_on_after(HELLO_TIMEOUT):
+                    k, channel = await self._verify(stream)
+            finally:
+                self._unverified -= 1
+            if k is None or channel is None:
+                raise ProtocolError(f"no verified hello within {HELLO_TIMEOUT:g}s")
+            replaced = self._in.get(k)
+            self._in[k] = channel
+            if replaced is not None:
+                await trio.aclose_forcefully(replaced.stream)
+            if k not in self._out and k in self.addresses and self._nursery is not None:
                 self._nursery.start_soon(self._dial, k)
-            while (message := await receive(stream)) is not None:
+            while (message := await channel.receive()) is not None:
                 if message.get("t") == "hello":
-                    self._guids[k] = {int(g): int(lid)
-                                      for g, lid in dict(message["guids"]).items()}
+                    if message.get("node") != self.nodes[k]:
+                        raise ProtocolError(f"{self.nodes[k]} says hello as "
+                                            f"{message.get('node')!r:.80}")
+                    self._guids[k] = _guids(message)
                 else:
                     await self.on_message(k, message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
-                ValueError, KeyError, TypeError) as exc:
-            logger.warning("ib relay: dropped a peer stream: %s", exc)
+        except trio.ClosedResourceError:
+            pass  # replaced by the peer's newer stream, or the relay is stopping
+        except (ProtocolError, trio.BrokenResourceError, OSError) as exc:
+            self._dropped.warning("ib relay: dropped a connection from %s: %s",
+                                  self.nodes[k] if k is not None else remote, exc)
+        except Exception as exc:
+            # A message that trips the service: that stream goes, the relay stays.
+            self._dropped.warning("ib relay: dropped a connection from %s: %s: %s",
+                                  self.nodes[k] if k is not None else remote,
+                                  type(exc).__name__, exc)
         finally:
+            if k is not None and self._in.get(k) is channel:
+                del self._in[k]
             await trio.aclose_forcefully(stream)
+
+
+def _remote(stream: trio.SocketStream) -> str:
+    try:
+        host, port, *_ = stream.socket.getpeername()
+    except (OSError, ValueError):
+        return "an unknown address"
+    return f"{host}:{port}"

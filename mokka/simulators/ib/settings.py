@@ -1,10 +1,11 @@
 """Settings of the ib simulator, and the flags they come from.
 
-Two knobs, both node properties, so they arrive as flags: how much of an
-InfiniBand node to simulate (a cluster may want HCAs on some GPU nodes
-only; whether the *profile* has HCAs at all is the profile's business, its
-``infiniband`` block, which ``auto`` follows), and where the daemon's image
-keeps the real IB tools it stages for nodes that lack them.
+Node properties, so they arrive as flags: how much of an InfiniBand node
+to simulate (a cluster may want HCAs on some GPU nodes only; whether the
+*profile* has HCAs at all is the profile's business, its ``infiniband``
+block, which ``auto`` follows), where the daemon's image keeps the real IB
+tools it stages for nodes that lack them, and the relay between the nodes
+of a fabric: its address, its peers and the file of the key they share.
 """
 
 from __future__ import annotations
@@ -74,6 +75,14 @@ class IbSettings:
     #: Relay addresses of peers by node name; a peer not named here is dialled
     #: at its node name and ``relay_port`` (host network on a cluster).
     peers: dict[str, tuple[str, int]] = attrs.field(factory=dict, converter=_peers)
+    #: The file holding the fabric's shared relay key (``relay.load_keys``;
+    #: a mounted Kubernetes Secret on a cluster).  Read when the relay starts
+    #: and for every connection, never logged; the daemon refuses
+    #: ``--ib-relay-port`` without it: a relay takes no peer it cannot
+    #: authenticate.
+    relay_key_file: Path | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else Path(v)
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
@@ -93,10 +102,15 @@ class IbSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> IbSettings:
         """Build from the parsed daemon flags (see ``add_arguments``)."""
+        if args.ib_relay_port is not None and args.ib_relay_key_file is None:
+            raise SpecError(
+                f"--ib-relay-port {args.ib_relay_port}: the relay needs --ib-relay-key-file, "
+                "expected the file of the fabric's shared key (docs/ib.md: the relay key)"
+            )
         return cls(
             mode=args.ib_mode, tools_dir=args.ib_tools_dir,
             relay_address=args.ib_relay_address, relay_port=args.ib_relay_port,
-            peers=args.ib_peer,
+            peers=args.ib_peer, relay_key_file=args.ib_relay_key_file,
         )
 
 
@@ -143,4 +157,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NODE=HOST:PORT",
         help="relay address of a fabric peer (repeatable); peers not named are dialled at "
         "their node name and --ib-relay-port",
+    )
+    group.add_argument(
+        "--ib-relay-key-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the fabric's shared relay key (required with --ib-relay-port): at least 32 "
+        "bytes, e.g. from a Kubernetes Secret; the relay takes only peers that prove it. "
+        "Extra keys on further lines are accepted from peers (rotation)",
     )

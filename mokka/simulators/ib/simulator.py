@@ -49,7 +49,7 @@ from mokka.simulators.ib.bundle import STAGED_DIR, bundle_artifacts, find_bundle
 from mokka.simulators.ib.hca import plan_hcas
 from mokka.simulators.ib.mockib import RUN_OWNER, SOCKET_DIR, MockIb, remove_stale_socket
 from mokka.simulators.ib.settings import IbSettings
-from mokka.simulators.ib.sysfs import COUNTERS, tree_artifacts
+from mokka.simulators.ib.sysfs import COUNTERS, saturated, tree_artifacts
 from mokka.simulators.ib.tools import FULL_TOOLS, MAD_TOOLS, SYSFS_TOOLS, wrapper_artifacts
 from mokka.state.model import State
 
@@ -128,10 +128,14 @@ class IbSimulator:
         """Raise (or set) a port counter and re-stage the tree; its new value."""
         if change.name not in COUNTERS or self._staged is None:
             raise ValueError(f"no counter {change.name!r} to change")
+        if change.mode not in mad.COUNTER_MODES:
+            raise ValueError(f"counter mode {change.mode}, expected add or set")
         host, state = self._staged
         counters = self.counters.setdefault(f"mlx5_{hca_index}", {})
         old = counters.get(change.name, 0)
-        value = change.value if change.mode == mad.COUNTER_SET else old + change.value
+        # a port counter stops at its width, as the hardware's does
+        value = saturated(
+            change.name, change.value if change.mode == mad.COUNTER_SET else old + change.value)
         counters[change.name] = value
         try:
             async with self._converging:

@@ -115,6 +115,42 @@ COUNTERS = (
 )
 
 
+#: Each counter's width in bits, as the kernel shows it for a port whose PMA
+#: has the extended counters (mlx5: ``IB_PMA_CLASS_CAP_EXT_WIDTH``): the
+#: error counters are PortCounters' 4-, 8- and 16-bit fields, the data and
+#: packet counters PortCountersExtended's 64-bit ones.  A counter at its
+#: largest value stays there (IB counters saturate; they never wrap).
+COUNTER_BITS = {
+    "VL15_dropped": 16,
+    "excessive_buffer_overrun_errors": 4,
+    "link_downed": 8,
+    "link_error_recovery": 8,
+    "local_link_integrity_errors": 4,
+    "multicast_rcv_packets": 64,
+    "multicast_xmit_packets": 64,
+    "port_rcv_constraint_errors": 8,
+    "port_rcv_data": 64,
+    "port_rcv_errors": 16,
+    "port_rcv_packets": 64,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_xmit_data": 64,
+    "port_xmit_discards": 16,
+    "port_xmit_packets": 64,
+    "port_xmit_wait": 32,
+    "symbol_error": 16,
+    "unicast_rcv_packets": 64,
+    "unicast_xmit_packets": 64,
+}
+assert tuple(COUNTER_BITS) == COUNTERS
+
+
+def saturated(name: str, value: int) -> int:
+    """``value`` held to what counter ``name`` can show (0 up to all ones)."""
+    return min(max(value, 0), (1 << COUNTER_BITS[name]) - 1)
+
+
 def umad_dev(index: int) -> tuple[int, int]:
     """(major, minor) of ``umad<index>``."""
     if index < UMAD_FIXED:
@@ -175,7 +211,8 @@ def hca_artifacts(hca: Hca, counters: Mapping[str, int] | None = None) -> list[A
     ]
     raised = counters or {}
     artifacts.extend(
-        File(f"{port}/counters/{name}", _line(raised.get(name, 0)), _RO) for name in COUNTERS
+        File(f"{port}/counters/{name}", _line(saturated(name, raised.get(name, 0))), _RO)
+        for name in COUNTERS
     )
     return artifacts
 

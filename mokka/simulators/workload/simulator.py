@@ -20,13 +20,22 @@ library derives the readings from it.
 * ``reload`` (a new profile or GPU count) re-polls at once, so positions in
   the file always follow the State in force.
 * Cancellation never waits for the kubelet: the blocking call runs in a
-  worker thread that a cancelled poll abandons.
+  worker thread that a cancelled poll abandons.  An abandoned call does not
+  run on unseen: its decode stops at its next checkpoint
+  (``trio.from_thread.check_cancelled``), and until the thread has ended no
+  new call starts (one call in flight, abandoned or not: its own capacity
+  limiter, so it never holds a token that teardown's threads wait for).
+* The first failed poll after a good one is logged, later ones at most once
+  per ``LOG_INTERVAL`` with a count: a hostile or broken kubelet cannot fill
+  the log at the poll rate (readiness always says the newest failure).
 """
 
 from __future__ import annotations
 
 import logging
 import stat
+from collections.abc import Callable
+from pathlib import Path
 
 import attrs
 import trio
@@ -54,6 +63,8 @@ logger = logging.getLogger(__name__)
 OWNER = "workload"
 #: Stands for the kubelet when allocatable devices are matched like grants.
 _KUBELET = Holder("", "", "")
+#: Seconds between two log lines of a run of failed polls.
+LOG_INTERVAL = 60.0
 
 
 class PollError(Exception):
@@ -65,6 +76,8 @@ class WorkloadSimulator:
     """Simulator and Daemon that turns the kubelet's allocation into a workload file."""
 
     settings: WorkloadSettings = attrs.field(factory=WorkloadSettings)
+    #: Makes the client for a socket (tests pass a fake with the same methods).
+    connect: Callable[[Path, float], PodResourcesClient] = PodResourcesClient
     name: str = attrs.field(default="workload", init=False)
     _state: State | None = attrs.field(default=None, init=False)
     _readiness: Readiness = attrs.field(
@@ -80,6 +93,14 @@ class WorkloadSimulator:
     _until_changed: bool = attrs.field(default=False, init=False)
     #: The text last written (None: no file): an unchanged poll writes nothing.
     _written: str | None = attrs.field(default=None, init=False)
+    #: One call in flight, abandoned or not (see the module docstring).
+    _caller: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(1), init=False
+    )
+    #: When (trio time) the last failed poll was logged; None once a poll succeeds.
+    _logged_at: float | None = attrs.field(default=None, init=False)
+    #: Failed polls not logged since then.
+    _unlogged: int = attrs.field(default=0, init=False)
     #: Completed polls (successful or not), observable: tests wait on it.
     polls: trio_util.AsyncValue[int] = attrs.field(
         factory=lambda: trio_util.AsyncValue(0), init=False
@@ -166,8 +187,9 @@ class WorkloadSimulator:
             self._readiness = Readiness.not_ready(
                 f"pod-resources socket {self.settings.socket}: {exc}; {kept}"
             )
-            logger.warning("workload: %s", self._readiness.reason)
+            self._log_failure(self._readiness.reason)
             return
+        self._logged_at, self._unlogged = None, 0
         allocation = allocation_for(grants, state, resources=self.settings.resources)
         shares = Shares(memory=self.settings.memory_share, utilization=self.settings.utilization)
         await self._write(host, render_workload(state, allocation, shares))
@@ -213,17 +235,35 @@ class WorkloadSimulator:
         self._socket_watch.plan([way], why="; looking for the socket at every poll instead")
         return self._socket_path(host)
 
+    def _log_failure(self, reason: str) -> None:
+        """Log a failed poll, unless one was logged less than ``LOG_INTERVAL`` ago."""
+        now = trio.current_time()
+        if self._logged_at is not None and now - self._logged_at < LOG_INTERVAL:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more failed poll(s) since the last line)"
+        logger.warning("workload: %s%s", reason, more if self._unlogged else "")
+        self._logged_at, self._unlogged = now, 0
+
     async def _call(self, socket) -> tuple[tuple[Grant, ...], tuple[tuple[str, str], ...]]:
+        if self._caller.borrowed_tokens:
+            # An abandoned call has not ended yet (a client that ignores its
+            # deadline): a second one would only add a thread and a decode.
+            raise PollError("the previous call, abandoned, is still running; "
+                            "no new call until it ends")
         if self._client is None or self._client.socket != socket:
             self._close()
-            self._client = PodResourcesClient(socket, self.settings.call_timeout)
+            self._client = self.connect(socket, self.settings.call_timeout)
         client = self._client
         # The gRPC deadline bounds the call; the outer bound (twice it) only
         # guards against a client that ignores its deadline.  Either way a
         # cancelled poll abandons the thread instead of waiting for it.
         with trio.move_on_after(2 * self.settings.call_timeout) as scope:
             try:
-                return await trio.to_thread.run_sync(client.poll, abandon_on_cancel=True)
+                return await trio.to_thread.run_sync(
+                    client.poll, trio.from_thread.check_cancelled,
+                    abandon_on_cancel=True, limiter=self._caller,
+                )
             except AnswerError as exc:
                 raise PollError(str(exc)) from None
             except Exception as exc:  # grpc.RpcError and friends: the kubelet's side

@@ -8,26 +8,81 @@ bound on a hostile or damaged answer in one place: lengths are checked
 against the buffer, varints stop at ten bytes, groups (a wire type the
 pod-resources API never uses) are refused.
 
-An answer is decoded into ``Fields``: field number -> the values seen for it,
-in order (a repeated field has several; a singular one's last value wins, as
-protobuf says).
+What one answer may cost is bounded too, before it is paid:
+
+* a ``Budget`` counts every field read, at every depth, known or not, and
+  refuses the answer past its limit: the CPU one decode takes is bounded by
+  the limit, not by what the sender packed into the bytes it may send (4 MiB
+  of two-byte empty messages are two million of them);
+* a message keeps only the fields its reader asks for (``Field``), each at
+  most ``most`` times: an unknown field costs its budget and nothing else,
+  and a repeated field past its count ends the decode at once;
+* sub-messages are decoded one at a time (``messages`` is a generator), so
+  no more than one of each level is held decoded at once;
+* the budget's ``checkpoint`` is called every ``CHECK_EVERY`` fields: a
+  decode running in a worker thread that its caller abandoned stops there
+  (``trio.from_thread.check_cancelled`` raises) instead of running on.
+
+An answer is decoded into ``Fields``: field number -> the values kept for
+it, in order (a repeated field has several; a singular one keeps only its
+last value, which wins, as protobuf says).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+
+import attrs
 
 #: Wire types (https://protobuf.dev/programming-guides/encoding/).
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
 
 #: A varint is at most ten bytes (64 bits, seven per byte).
 _MAX_VARINT_BYTES = 10
+#: Fields read between two calls of a budget's ``checkpoint``: often enough
+#: that an abandoned decode stops within a millisecond or so, rarely enough
+#: that the call costs nothing measurable.
+CHECK_EVERY = 1024
 
 Fields = dict[int, list[int | bytes]]
 
 
 class WireError(ValueError):
-    """The bytes are not a well-formed protobuf message."""
+    """The bytes are not a well-formed protobuf message, or exceed a bound."""
+
+
+@attrs.frozen
+class Field:
+    """A field a reader keeps: ``what`` it is (for errors), at most ``most`` values.
+
+    ``most=None``: a singular field; only its last value is kept.
+    """
+
+    what: str
+    most: int | None = None
+
+
+#: Which fields of a message a reader keeps: field number -> ``Field``.
+Schema = Mapping[int, Field]
+
+
+@attrs.define(eq=False)
+class Budget:
+    """What decoding one answer may still cost: fields read, at every depth."""
+
+    #: Most fields the answer may hold.
+    fields: int
+    #: Called every ``CHECK_EVERY`` fields; may raise to stop the decode.
+    checkpoint: Callable[[], object] | None = None
+    #: Fields read so far.
+    spent: int = attrs.field(default=0, init=False)
+
+    def spend(self) -> None:
+        self.spent += 1
+        if self.spent > self.fields:
+            raise WireError(f"more than {self.fields} fields in one answer")
+        if self.checkpoint is not None and self.spent % CHECK_EVERY == 0:
+            self.checkpoint()
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -49,10 +104,11 @@ def _fixed(buf: bytes, pos: int, size: int) -> tuple[int, int]:
     return int.from_bytes(buf[pos : pos + size], "little"), pos + size
 
 
-def iter_fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+def iter_fields(buf: bytes, budget: Budget) -> Iterator[tuple[int, int, int | bytes]]:
     """``(number, wire type, value)`` for every field of one message, in order."""
     pos = 0
     while pos < len(buf):
+        budget.spend()
         key, pos = _varint(buf, pos)
         number, wire_type = key >> 3, key & 7
         if number == 0:
@@ -75,22 +131,29 @@ def iter_fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         yield number, wire_type, value
 
 
-def decode(buf: bytes) -> Fields:
-    """Field number -> every value of that field, in order."""
+def decode(buf: bytes, budget: Budget, schema: Schema) -> Fields:
+    """Field number -> the values kept of that field, in order (see ``Field``)."""
     fields: Fields = {}
-    for number, _, value in iter_fields(buf):
-        fields.setdefault(number, []).append(value)
+    for number, _, value in iter_fields(buf, budget):
+        field = schema.get(number)
+        if field is None:
+            continue  # not read: paid for in the budget, not kept
+        if field.most is None:
+            fields[number] = [value]
+            continue
+        values = fields.setdefault(number, [])
+        if len(values) >= field.most:
+            raise WireError(f"more than {field.most} {field.what}")
+        values.append(value)
     return fields
 
 
-def messages(fields: Fields, number: int) -> list[Fields]:
-    """The sub-messages in field ``number`` (a repeated or singular message field)."""
-    out = []
+def messages(fields: Fields, number: int, budget: Budget, schema: Schema) -> Iterator[Fields]:
+    """The sub-messages in field ``number``, decoded one at a time as they are consumed."""
     for value in fields.get(number, ()):
         if not isinstance(value, bytes):
             raise WireError(f"field {number}: expected a message, found a number")
-        out.append(decode(value))
-    return out
+        yield decode(value, budget, schema)
 
 
 def strings(fields: Fields, number: int, *, limit: int) -> list[str]:
@@ -103,7 +166,8 @@ def strings(fields: Fields, number: int, *, limit: int) -> list[str]:
     for value in fields.get(number, ()):
         if not isinstance(value, bytes):
             raise WireError(f"field {number}: expected a string, found a number")
-        out.append(value.decode("utf-8", errors="replace")[:limit])
+        # Cut before decoding too: a kept value may be megabytes long.
+        out.append(value[: 4 * limit].decode("utf-8", errors="replace")[:limit])
     return out
 
 
