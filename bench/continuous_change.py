@@ -22,21 +22,21 @@ about once per ``Reconciler.supersede_window`` plus a pass.
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import re
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import nodes
 from figures import percentile, report
-from profile_change import SAMPLE_TIMEOUT, gpu_nodes
-
-sys.path.insert(0, str(nodes.REPO))  # the 4-GPU cut is the reload tests' own helper
-
-from tests.test_daemon_reload import four_gpu_profile
+from profile_change import (
+    SAMPLE_TIMEOUT,
+    gpu_nodes,
+    profile_variants,
+    single_change,
+    start_on_profile,
+)
 
 #: What ``python -m bench --quick`` passes.
 QUICK_ARGS = ["--seconds", "5", "--rounds", "3"]
@@ -86,24 +86,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=10, help="single changes (the baseline)")
     args = parser.parse_args(argv)
     nodes.warm_bytecode()
-    eight = (importlib.resources.files("mokka.state") / "profiles" / "h100.yaml").read_text()
-    variants = [(four_gpu_profile(eight), 4), (eight, 8)]
+    variants = profile_variants()
     with tempfile.TemporaryDirectory(prefix="mokka-bench-continuous-") as tmp:
-        work = Path(tmp)
-        profile = work / "profile.yaml"
-        nodes.save_file(profile, eight)
-        daemon = nodes.start(work / "node", "bench-continuous", "--profile", str(profile))
+        daemon, profile = start_on_profile(Path(tmp), "bench-continuous", variants[1][0])
         try:
             nodes.wait_ready([daemon], timeout=600)
             generation = 1
             single = []
             for i in range(args.rounds):
                 text, _gpus = variants[i % 2]
-                time.sleep(0.2)  # the node idle before the change
-                saved = nodes.save_file(profile, text)
                 generation += 1
-                done = nodes.wait_pass([daemon], generation, SAMPLE_TIMEOUT)[daemon.name]
-                single.append(done - saved)
+                single.append(single_change(daemon, profile, text, generation))
             time.sleep(0.2)
             period = 1.0 / args.rate
             started = time.time()

@@ -28,6 +28,7 @@ import contextlib
 import errno
 import os
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,8 +39,12 @@ from figures import report
 from ib_idle import start
 
 from mokka.daemon.limits import raise_fd_limit
-from mokka.simulators.ib import mad, smp
+from mokka.simulators.ib import mad
 from mokka.simulators.ib.mockib import UMAD_SOCKET
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' own MADs
+
+from tests.mad_requests import smp_get
 
 QUICK_ARGS = ["--mads", "5000", "--connections", "300", "--junk", "20000"]
 BENCH = "ib_flood"
@@ -77,15 +82,6 @@ def connect(address: str) -> socket.socket:
     return sock
 
 
-def node_info_get(lid: int, tid: int, timeout_ms: int = 100, retries: int = 0) -> bytes:
-    request = bytearray(256)
-    request[0:4] = bytes([1, mad.CLASS_SMP_LID, 1, mad.METHOD_GET])
-    request[8:16] = tid.to_bytes(8, "big")
-    request[16:18] = smp.ATTR_NODE_INFO.to_bytes(2, "big")
-    return mad.Umad(agent_id=0, timeout_ms=timeout_ms, retries=retries, lid=lid,
-                    mad=bytes(request)).pack()
-
-
 def long_timeout_mads(address: str, count: int) -> socket.socket:
     """``count`` requests that wait as long as they may; their answers read."""
     sock = connect(address)
@@ -93,7 +89,7 @@ def long_timeout_mads(address: str, count: int) -> socket.socket:
     sent = 0
     while sent < count:
         try:
-            sock.send(node_info_get(NOBODY, sent, U32_MAX, U32_MAX))
+            sock.send(smp_get(NOBODY, tid=sent, timeout_ms=U32_MAX, retries=U32_MAX))
             sent += 1
         except BlockingIOError:
             pass
@@ -112,7 +108,7 @@ def never_reads(address: str) -> int:
     sent = 0
     try:
         while True:
-            sock.send(node_info_get(2, sent))  # LID 2: the node's first HCA
+            sock.send(smp_get(2, tid=sent))  # LID 2: the node's first HCA
             sent += 1
     except TimeoutError:
         pass  # the daemon stopped reading the tool instead

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 
 import trio
 from figures import percentile, report
-from probe_latency import ROOT, Connection, Log
+from probe_latency import ROOT, Connection, Log, stop_daemon
 
 QUICK_ARGS = ["--seconds", "3", "--flood", "600"]
 NAME = "probe_flood"
@@ -133,8 +132,7 @@ async def run(seconds: float, clients: int, flood: int, never_read: int) -> None
         held: list[trio.SocketStream] = []
         try:
             with trio.fail_after(120):
-                port = int((await log.wait_for(r"health probes on .* port=(\d+)"))[1])
-                await log.wait_for(r"reconcile pass ok generation=1 ")
+                port = await log.wait_ready()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(log.follow)
                 nursery.start_soon(sample_rss)
@@ -157,12 +155,7 @@ async def run(seconds: float, clients: int, flood: int, never_read: int) -> None
                     status, _ = await Connection(stream).get("/healthz")
                 nursery.cancel_scope.cancel()
         finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(60):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+            await stop_daemon(process)
     peak = {name: max((rss for s, rss in samples if s == name), default=0)
             for name in ("clients", "flood")}
     lines = [line for line in log.lines if "health probes:" in line]

@@ -67,6 +67,22 @@ class Log:
             *complete, self._buffer = self._buffer.split(b"\n")
             self.lines.extend(raw.decode(errors="replace") for raw in complete)
 
+    async def wait_ready(self) -> int:
+        """The daemon's health port, once its first pass is good."""
+        port = int((await self.wait_for(r"health probes on .* port=(\d+)"))[1])
+        await self.wait_for(r"reconcile pass ok generation=1 ")
+        return port
+
+
+async def stop_daemon(process: trio.Process) -> None:
+    """SIGTERM, a minute to exit, then SIGKILL."""
+    process.send_signal(signal.SIGTERM)
+    with trio.move_on_after(60):
+        await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
 
 class Connection:
     """One keep-alive HTTP/1.1 connection: GET, read the status and the body."""
@@ -125,8 +141,7 @@ async def run(seconds: float, clients: int, interval: float) -> None:
         log = Log(process)
         try:
             with trio.fail_after(300):
-                port = int((await log.wait_for(r"health probes on .* port=(\d+)"))[1])
-                await log.wait_for(r"reconcile pass ok generation=1 ")
+                port = await log.wait_ready()
             latencies: list[float] = []
             codes: dict[int, int] = {}
 
@@ -162,12 +177,7 @@ async def run(seconds: float, clients: int, interval: float) -> None:
                 nursery.cancel_scope.cancel()
             passes = sum("reconcile pass" in line for line in log.lines)
         finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(60):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+            await stop_daemon(process)
     ms = sorted(x * 1000 for x in latencies)
     total = sum(codes.values())
     print(f"{clients} clients, profile changed every {interval:g} s for {seconds:g} s")

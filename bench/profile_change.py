@@ -61,6 +61,29 @@ def gpu_nodes(root: Path) -> int:
     return sum(1 for p in (root / DEV).glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
 
 
+def profile_variants() -> list[tuple[str, int]]:
+    """(profile text, GPUs) of the two profiles a change alternates between: the
+    first four GPUs of the built-in h100 and their PCIe root, then all eight."""
+    eight = (importlib.resources.files("mokka.state") / "profiles" / "h100.yaml").read_text()
+    return [(four_gpu_profile(eight), 4), (eight, 8)]
+
+
+def start_on_profile(work: Path, name: str, text: str) -> tuple[nodes.Daemon, Path]:
+    """A daemon on ``work/node`` reading the profile file ``work/profile.yaml``,
+    which holds ``text`` when it starts; the daemon and the profile's path."""
+    profile = work / "profile.yaml"
+    nodes.save_file(profile, text)
+    return nodes.start(work / "node", name, "--profile", str(profile)), profile
+
+
+def single_change(daemon: nodes.Daemon, profile: Path, text: str, generation: int) -> float:
+    """Seconds from saving ``text`` over ``profile``, the node idle before, until
+    the pass over ``generation`` (the one the save makes) completed."""
+    time.sleep(0.2)  # the node idle before the change
+    saved = nodes.save_file(profile, text)
+    return nodes.wait_pass([daemon], generation, SAMPLE_TIMEOUT)[daemon.name] - saved
+
+
 async def inotify_floor(rounds: int) -> list[float]:
     samples = []
     with tempfile.TemporaryDirectory() as tmp, Inotify.open() as watch:
@@ -106,14 +129,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="single changes (and as many back-to-back pairs)")
     args = parser.parse_args(argv)
     nodes.warm_bytecode()
-    eight = (importlib.resources.files("mokka.state") / "profiles" / "h100.yaml").read_text()
-    variants = [(four_gpu_profile(eight), 4), (eight, 8)]
+    variants = profile_variants()
     floor = statistics.median(trio.run(inotify_floor, max(args.rounds, 20))) * 1000
     with tempfile.TemporaryDirectory(prefix="mokka-bench-profile-") as tmp:
         work = Path(tmp)
-        profile = work / "profile.yaml"
-        nodes.save_file(profile, eight)
-        daemon = nodes.start(work / "node", "bench-profile", "--profile", str(profile))
+        daemon, profile = start_on_profile(work, "bench-profile", variants[1][0])
         try:
             nodes.wait_ready([daemon], timeout=600)
             generation = 1
@@ -124,11 +144,8 @@ def main(argv: list[str] | None = None) -> None:
             fsfloor.write_tree(floor_root, trees[8])
             for i in range(args.rounds):
                 text, gpus = variants[i % 2]
-                time.sleep(0.2)  # the node idle before the change
-                saved = nodes.save_file(profile, text)
                 generation += 1
-                done = nodes.wait_pass([daemon], generation, SAMPLE_TIMEOUT)[daemon.name]
-                single.append(done - saved)
+                single.append(single_change(daemon, profile, text, generation))
                 if gpu_nodes(daemon.root) != gpus:
                     raise SystemExit(f"generation {generation}: {gpu_nodes(daemon.root)} GPU "
                                      f"device nodes, expected {gpus}")

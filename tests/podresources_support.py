@@ -11,6 +11,10 @@ Modes a test can switch to: ``ok`` (answer from ``pods``), ``garbage``
 are: a hostile kubelet), ``stall`` (hold the call until the test releases
 it: the client's deadline must end the wait), ``error`` (an UNAVAILABLE
 status).
+
+The ``pb2`` and ``server`` fixtures (the server on a test's node root) and
+``workload`` (the file the simulator wrote there) serve every module that
+runs the workload simulator against the server.
 """
 
 from __future__ import annotations
@@ -19,31 +23,43 @@ import importlib
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 from types import ModuleType
 
 import attrs
 import grpc
+import pytest
+import yaml
 
+from mokka import layout
 from tests.support import ROOT
 
 PROTO = ROOT / "mokka/simulators/workload/api/podresources_v1.proto"
+#: The kubelet's pod-resources socket, under a node root.
+SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 def compile_api(out: Path) -> tuple[ModuleType, ModuleType]:
     """``(pb2, pb2_grpc)`` generated from the project's .proto into ``out``."""
+    return compile_proto(PROTO, out)
+
+
+def compile_proto(proto: Path, out: Path) -> tuple[ModuleType, ModuleType]:
+    """``(pb2, pb2_grpc)`` that grpcio-tools generates from ``proto`` into ``out``
+    (a self-contained .proto: it may import nothing but its own directory)."""
     from grpc_tools import protoc
 
     rc = protoc.main([
-        "protoc", f"-I{PROTO.parent}", f"--python_out={out}", f"--grpc_python_out={out}",
-        str(PROTO),
+        "protoc", f"-I{proto.parent}", f"--python_out={out}", f"--grpc_python_out={out}",
+        str(proto),
     ])
-    assert rc == 0, f"protoc failed on {PROTO}"
+    assert rc == 0, f"protoc failed on {proto}"
     sys.path.insert(0, str(out))
     try:
-        return (importlib.import_module("podresources_v1_pb2"),
-                importlib.import_module("podresources_v1_pb2_grpc"))
+        return (importlib.import_module(f"{proto.stem}_pb2"),
+                importlib.import_module(f"{proto.stem}_pb2_grpc"))
     finally:
         sys.path.remove(str(out))
 
@@ -140,6 +156,31 @@ class PodResourcesServer:
         if self._dir_fd is not None:
             os.close(self._dir_fd)
             self._dir_fd = None
+
+
+# The two fixtures below are imported by the test modules that use them; the
+# ``name=`` keeps a test's parameter from shadowing the imported function.
+
+
+@pytest.fixture(scope="module", name="pb2")
+def pb2_fixture(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """The generated message classes, compiled once per test module."""
+    return compile_api(tmp_path_factory.mktemp("podresources-api"))[0]
+
+
+@pytest.fixture(name="server")
+def server_fixture(pb2: ModuleType, node_root: Path) -> Iterator[PodResourcesServer]:
+    """A server on the node root's kubelet socket, answering ``ok`` with no pods."""
+    server = PodResourcesServer(pb2, node_root / SOCKET)
+    server.start()
+    yield server
+    server.stop()
+
+
+def workload(node_root: Path) -> dict | None:
+    """The workload file the simulator wrote under ``node_root``, parsed (``None``: none yet)."""
+    path = node_root / layout.WORKLOAD_CONFIG.lstrip("/")
+    return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
 # --- hostile answers, encoded by hand (no encoder would make them) -----------------

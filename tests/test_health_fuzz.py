@@ -245,6 +245,28 @@ async def get(port: int, path: str) -> bytes:
     return answer
 
 
+async def hang_up(held: list[trio.SocketStream]) -> None:
+    """Close every connection a flood holds."""
+    for stream in held:
+        await stream.aclose()
+    held.clear()
+
+
+async def answers_after_the_flood(port: int, held: list[trio.SocketStream]) -> None:
+    """Once the flood's connections are gone, a fresh probe gets a 200."""
+    await hang_up(held)
+    answer = await get(port, "/healthz")
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+async def end_flood(process: trio.Process, held: list[trio.SocketStream]) -> None:
+    """However the test ended: the flood's connections closed, the child gone."""
+    await hang_up(held)
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
 @pytest.mark.timeout(180)
 async def test_a_flood_to_the_fd_limit_leaves_the_daemon_up_and_capped(
     node_root: Path, tmp_path: Path
@@ -268,19 +290,11 @@ async def test_a_flood_to_the_fd_limit_leaves_the_daemon_up_and_capped(
                 assert len(held) > 64  # the flood got past the cap, into the backlog
                 during = open_fds(process.pid)
                 assert process.returncode is None
-                for stream in held:
-                    await stream.aclose()
-                held.clear()
-                answer = await get(port, "/healthz")
-                assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+                await answers_after_the_flood(port, held)
                 nursery.cancel_scope.cancel()
             code = await stop_daemon(daemon, signal.SIGTERM)
     finally:
-        for stream in held:
-            await stream.aclose()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await end_flood(process, held)
     log = "\n".join(daemon.lines)
     # A quarter of 256 connections at most, beside what the daemon held before
     # (and a few files a pass may have open meanwhile).
@@ -335,20 +349,12 @@ async def test_accept_waits_out_emfile_and_serves_when_descriptors_return(
             await flood(port, 100, held)
             await server.wait_for_line(r"cannot accept a connection \(too many open files\)")
             assert process.returncode is None
-            for stream in held:
-                await stream.aclose()
-            held.clear()
-            answer = await get(port, "/healthz")
-            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+            await answers_after_the_flood(port, held)
             await process.stdin.aclose()
             assert await process.wait() == 0
             await server.drain()
     finally:
-        for stream in held:
-            await stream.aclose()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await end_flood(process, held)
     log = "\n".join(server.lines)
     assert "Traceback" not in log, log[-3000:]
     # Seconds of EMFILE at ten tries a second: one line, a count at most.

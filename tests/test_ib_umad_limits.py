@@ -41,6 +41,7 @@ from tests.ib_support import (
     stage_with_pcibus,
     state_of,
 )
+from tests.mad_requests import smp_get
 from tests.support import snapshot
 from tests.test_ib_mad import IB, model
 
@@ -71,16 +72,6 @@ async def connect(tmp_path: Path, index: int | None = 0) -> trio.socket.SocketTy
         await sock.send(mad.control_frame(mad.CTL_HELLO, index))
         assert mad.parse_reply(await sock.recv(64)) == (mad.CTL_HELLO, 0, 0)
     return sock
-
-
-def smp_get(lid: int, *, timeout_ms: int = 100, retries: int = 0, tid: int = 1) -> bytes:
-    """A LID-routed NodeInfo Get to ``lid``, as libibmad writes it."""
-    request = bytearray(256)
-    request[0:4] = bytes([1, mad.CLASS_SMP_LID, 1, mad.METHOD_GET])
-    request[8:16] = tid.to_bytes(8, "big")
-    request[16:18] = smp.ATTR_NODE_INFO.to_bytes(2, "big")
-    return mad.Umad(agent_id=0, timeout_ms=timeout_ms, retries=retries, lid=lid,
-                    mad=bytes(request)).pack()
 
 
 async def answered(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from tests.gpudriver_support import node_paths, symlink_settings
 from tests.nvml_support import compiler, load_target, node_path, open_files, write_config
-from tests.podresources_support import Pod, PodResourcesServer, compile_api
+from tests.podresources_support import SOCKET, Pod, PodResourcesServer, compile_api
 from tests.support import require_tool
 from tests.test_nvml_workload import polls
 
@@ -62,7 +62,6 @@ for line in sys.stdin:
 
 HOUR_MS = "3600000"
 HAMMER = Path(__file__).resolve().parent / "nvml_hammer.c"
-SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
 STAGED_LIBRARY = f"{layout.DRIVER_LIB}/libnvidia-ml.so.1"
 
 

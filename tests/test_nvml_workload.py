@@ -33,27 +33,18 @@ from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from mokka.state.profile import read_profile_text
 from tests.nvml_support import compiler, load_target, nvml_env, write_config
-from tests.podresources_support import Pod, PodResourcesServer, compile_api
+from tests.podresources_support import (
+    Pod,
+    PodResourcesServer,
+    pb2_fixture,  # noqa: F401  (a fixture: tests name it pb2)
+    server_fixture,  # noqa: F401  (a fixture: tests name it server)
+)
 from tests.support import require_tool
 
-SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
 READINGS = Path(__file__).resolve().parent / "nvml_readings_probe.py"
 SMI_QUERY = "--query-gpu=index,memory.used,utilization.gpu,power.draw,temperature.gpu"
 SMI_APPS = "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
 HAMMER = Path(__file__).resolve().parent / "nvml_hammer.c"
-
-
-@pytest.fixture(scope="module")
-def pb2(tmp_path_factory: pytest.TempPathFactory):
-    return compile_api(tmp_path_factory.mktemp("podresources-api"))[0]
-
-
-@pytest.fixture
-def server(pb2, node_root: Path):
-    server = PodResourcesServer(pb2, node_root / SOCKET)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -22,42 +22,29 @@ from pathlib import Path
 
 import pytest
 import trio
-import yaml
 
-from mokka import layout
 from mokka.host import Host
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
 from mokka.simulators.workload.podresources import MAX_MESSAGE_BYTES
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.podresources_support import HOSTILE_LISTS, Pod, PodResourcesServer, compile_api, field
+from tests.podresources_support import (
+    HOSTILE_LISTS,
+    Pod,
+    PodResourcesServer,
+    field,
+    pb2_fixture,  # noqa: F401  (a fixture: tests name it pb2)
+    server_fixture,  # noqa: F401  (a fixture: tests name it server)
+    workload,
+)
 from tests.support import snapshot
 
-SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
 SEED = 20261229
 #: What one poll of a hostile answer may allocate at its peak: the answer
 #: (at most 4 MiB) as gRPC's server and client each copy it (three copies
 #: measured), a copy of one level of it, and the few capped values kept.
 #: Unbounded decoding took about 194 MB for two million empty pods.
 PEAK_BOUND = 6 * MAX_MESSAGE_BYTES
-
-
-@pytest.fixture(scope="module")
-def pb2(tmp_path_factory: pytest.TempPathFactory):
-    return compile_api(tmp_path_factory.mktemp("podresources-api"))[0]
-
-
-@pytest.fixture
-def server(pb2, node_root: Path):
-    server = PodResourcesServer(pb2, node_root / SOCKET)
-    server.start()
-    yield server
-    server.stop()
-
-
-def workload(node_root: Path) -> dict | None:
-    path = node_root / layout.WORKLOAD_CONFIG.lstrip("/")
-    return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
 def hostile_answers() -> list[tuple[str, bytes, str]]:

@@ -21,7 +21,6 @@ import trio
 import trio.testing
 import yaml
 
-from mokka import layout
 from mokka.errors import SpecError
 from mokka.host import Host
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator, wire
@@ -42,15 +41,16 @@ from mokka.simulators.workload.podresources import (
 )
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.podresources_support import HOSTILE_LISTS, Pod, PodResourcesServer, compile_api
+from tests.podresources_support import (
+    HOSTILE_LISTS,
+    SOCKET,
+    Pod,
+    PodResourcesServer,
+    pb2_fixture,  # noqa: F401  (a fixture: tests name it pb2)
+    server_fixture,  # noqa: F401  (a fixture: tests name it server)
+    workload,
+)
 from tests.support import snapshot
-
-SOCKET = "var/lib/kubelet/pod-resources/kubelet.sock"
-
-
-@pytest.fixture(scope="module")
-def pb2(tmp_path_factory: pytest.TempPathFactory):
-    return compile_api(tmp_path_factory.mktemp("podresources-api"))[0]
 
 
 @pytest.fixture
@@ -194,21 +194,8 @@ def test_settings_refuse_bad_values() -> None:
 # --- the daemon against the real server -----------------------------------------------
 
 
-@pytest.fixture
-def server(pb2, node_root: Path):
-    server = PodResourcesServer(pb2, node_root / SOCKET)
-    server.start()
-    yield server
-    server.stop()
-
-
 def fast(**kwargs) -> WorkloadSettings:
     return WorkloadSettings(poll_interval=0.05, call_timeout=0.5, **kwargs)
-
-
-def workload(node_root: Path) -> dict | None:
-    path = node_root / layout.WORKLOAD_CONFIG.lstrip("/")
-    return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
 async def polls(sim: WorkloadSimulator, count: int) -> None:
