@@ -1,33 +1,38 @@
-"""Helpers shared by the cri tests (no tests here): states, driver files, the fakes.
+"""Helpers shared by the cri tests (no tests here): states, driver files, real tools, fakes.
 
-The fakes live in ``tests/data/fake-toolkit/``: ``release/`` is the
-"image's" toolkit directory (a recording ``nvidia-ctk`` stand-in plus two
-inert executables), ``fake-chroot`` runs an installed stand-in against the
-node root, ``fake-systemctl`` records calls and answers ``is-active``.
+The NVIDIA Container Toolkit is the real release (``nvidia-ctk`` v1.20.2,
+``real_component``), and so is containerd wherever a test asks it for its
+merged config (``config_dump``: 1.7.24 and 2.1.9, no daemon started).  The
+one stand-in left is ``tests/data/fake-toolkit/fake-systemctl``: it records
+calls and answers ``is-active``, because a test must never restart the
+machine's own containerd.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import tomllib
 from pathlib import Path
 
 import attrs
 import jsonschema
+import pytest
 import referencing
 import referencing.jsonschema
 import yaml
 
 from mokka import layout
+from mokka.commands import SubprocessRunner
 from mokka.host import Artifact, CharDevice, Directory, File, Host, Symlink
 from mokka.simulators.cri.settings import CriSettings
 from mokka.state.model import Fabric, Gpu, Nvlink, NvlinkSwitch, State, System
-from tests.support import DATA
+from tests.support import DATA, require_tool
 
 DRIVER = "580.105.08"
 #: H100 HGX bus numbers (SURFACES §2.1), in index order.
 H100_BUSES = ("53", "64", "75", "86", "97", "a8", "b9", "ca")
 FAKE_TOOLKIT = DATA / "fake-toolkit"
-RELEASE = FAKE_TOOLKIT / "release"
 #: Manifest owner the tests stage the driver files with (standing in for gpudriver).
 DRIVER_OWNER = "test-driver"
 #: Debian's containerd 1.6 default config (/etc/containerd/config.toml).
@@ -110,26 +115,121 @@ def stage_driver(host: Host, state: State, **kwargs: bool) -> None:
     host.converge(DRIVER_OWNER, driver_artifacts(state, **kwargs))
 
 
-def seed_containerd_host(root: Path) -> None:
-    """Make the node root look like a containerd node: the binary and Debian's config."""
+#: The containerd builds the tests ask for their merged config, by short version.
+CONTAINERD_VERSIONS = ("1.7", "2.1")
+
+
+def real_component(name: str) -> Path:
+    """Where a real component the cri tests run lives, or fail the test saying how to get it.
+
+    ``toolkit``: the NVIDIA Container Toolkit release (the image's
+    ``--toolkit-dir``: ``nvidia-ctk``, ``nvidia-cdi-hook``,
+    ``nvidia-container-runtime``); ``containerd-1.7`` / ``containerd-2.1``:
+    Debian's containerd package, unpacked (``usr/bin/containerd``, and
+    ``etc/containerd/config.toml``, the config the package ships).  The one
+    place these paths are spelled.
+    """
+    paths = {
+        "toolkit": Path("/var/cache/mokka/go/bin-tk120"),
+        "containerd-1.7": Path("/var/cache/mokka/containerd/1.7.24~ds1-6+deb13u1"),
+        "containerd-2.1": Path("/var/cache/mokka/containerd/2.1.9+ds1-5"),
+    }
+    path = paths[name]
+    needed = (
+        [path / n for n in ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime")]
+        if name == "toolkit"
+        else [path / "usr/bin/containerd"]
+    )
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing:
+        pytest.fail(
+            f"real {name} is missing ({', '.join(missing)}): run ./scripts/install-consumers "
+            "(the NVIDIA Container Toolkit v1.20.2 from the Go module proxy, Debian's "
+            "containerd 1.7.24 and 2.1.9 unpacked into /var/cache/mokka)"
+        )
+    return path
+
+
+def containerd_binary(version: str) -> Path:
+    return real_component(f"containerd-{version}") / "usr/bin/containerd"
+
+
+def packaged_config(version: str) -> str:
+    """The ``/etc/containerd/config.toml`` Debian's package of ``version`` ships (config v2)."""
+    path = real_component(f"containerd-{version}") / "etc/containerd/config.toml"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: unpack Debian's containerd {version} .deb again")
+    return path.read_text()
+
+
+def default_config(version: str) -> str:
+    """``containerd config default`` of ``version`` (2.1: config version 3)."""
+    result = subprocess.run(
+        [str(containerd_binary(version)), "config", "default"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def config_dump(root: Path, version: str) -> dict:
+    """containerd ``version``'s merged config for the node root's ``/etc/containerd``.
+
+    ``config dump`` needs no running daemon.  It runs in a throwaway mount
+    namespace with ``<root>/etc/containerd`` bind-mounted over the
+    machine's, so the ``imports`` line (a host path) resolves to the files
+    the test's node holds; nothing of the machine's own containerd is read
+    or touched.
+    """
+    containerd = containerd_binary(version)
+    unshare = require_tool("unshare")
+    if not Path("/etc/containerd").is_dir():
+        pytest.fail(
+            "/etc/containerd is missing (the mount point of the node's containerd config): "
+            "reinstall Debian's containerd package (./scripts/install-system-deps)"
+        )
+    script = (
+        f"mount --bind {root}/etc/containerd /etc/containerd && "
+        f"exec {containerd} --config /etc/containerd/config.toml config dump"
+    )
+    result = subprocess.run(
+        [unshare, "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return tomllib.loads(result.stdout)
+
+
+def seed_containerd_host(root: Path, config: str = DEBIAN_CONTAINERD_CONFIG) -> None:
+    """Make the node root look like a containerd node: the binary and a main config."""
     (root / "usr/bin").mkdir(parents=True, exist_ok=True)
     (root / "usr/bin/containerd").write_bytes(b"\x7fELF containerd stand-in\n")
     (root / "usr/bin/containerd").chmod(0o755)
     (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
-    (root / "etc/containerd/config.toml").write_text(DEBIAN_CONTAINERD_CONFIG)
+    (root / "etc/containerd/config.toml").write_text(config)
+
+
+@attrs.define(eq=False)
+class RecordingRunner:
+    """``Host``'s command runner: runs each command for real and records its argv."""
+
+    calls: list[list[str]] = attrs.field(factory=list)
+
+    def run(self, argv, **kwargs) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        return SubprocessRunner().run(argv, **kwargs)
+
+    def ctk_calls(self) -> list[list[str]]:
+        return [c for c in self.calls if c[0].endswith("/nvidia-ctk")]
 
 
 @attrs.frozen
 class Fakes:
-    """Where the stand-ins record their calls."""
+    """Where the systemctl stand-in records its calls."""
 
-    ctk_log: Path
     systemctl_log: Path
     #: what ``is-active containerd`` answers (write "failed" to take containerd down)
     containerd_state: Path
-
-    def ctk_calls(self) -> list[dict]:
-        return _json_lines(self.ctk_log)
 
     def systemctl_calls(self) -> list[list[str]]:
         return _json_lines(self.systemctl_log)
@@ -142,28 +242,26 @@ def _json_lines(path: Path) -> list:
 
 
 def install_fakes(tmp_path: Path, monkeypatch) -> Fakes:
-    """Point the stand-ins' logs into ``tmp_path`` (outside the node root)."""
+    """Point the systemctl stand-in's log into ``tmp_path`` (outside the node root)."""
     fakes = Fakes(
-        ctk_log=tmp_path / "ctk.log",
         systemctl_log=tmp_path / "systemctl.log",
         containerd_state=tmp_path / "containerd.state",
     )
     fakes.containerd_state.write_text("active\n")
-    monkeypatch.setenv("MOKKA_FAKE_CTK_LOG", str(fakes.ctk_log))
     monkeypatch.setenv("MOKKA_FAKE_SYSTEMCTL_LOG", str(fakes.systemctl_log))
     monkeypatch.setenv("MOKKA_FAKE_CONTAINERD_STATE", str(fakes.containerd_state))
     return fakes
 
 
 def fake_settings(**overrides) -> CriSettings:
-    """Settings wired to the stand-ins."""
+    """Settings wired to the real toolkit and the recording systemctl."""
     values = {
-        "toolkit_dir": RELEASE,
         "systemctl": (str(FAKE_TOOLKIT / "fake-systemctl"),),
-        "host_exec": (str(FAKE_TOOLKIT / "fake-chroot"), "{root}"),
         "command_timeout": 30.0,
     }
     values.update(overrides)
+    if "toolkit_dir" not in values:
+        values["toolkit_dir"] = real_component("toolkit")
     return CriSettings(**values)
 
 

@@ -475,7 +475,6 @@ def test_plugin_is_registered_and_builds_from_flags() -> None:
     assert defaults.settings.systemctl == (
         "nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "systemctl"
     )
-    assert defaults.settings.host_exec == ("chroot", "{root}")
     built = PLUGIN.build(
         parser.parse_args(
             [

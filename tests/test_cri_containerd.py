@@ -1,12 +1,13 @@
-"""The drop-in through a real containerd (Debian 1.6): it parses and merges via ``imports``.
+"""The drop-in through the machine's own containerd (Debian 1.6): it parses and merges.
 
-The simulator configures a node root with the ``nvidia-ctk`` stand-in; the
+The simulator configures a node root with the real ``nvidia-ctk``; the
 test then bind-mounts that root's ``/etc/containerd`` over the machine's
 inside a throwaway mount namespace, so the ``imports`` line (a host path,
 ``/etc/containerd/conf.d/*.toml``) resolves to the files just written, and
 asks containerd for its merged config.  containerd 1.6 silently drops keys it
 does not know (``enable_cdi`` and the NRI plugin are 1.7+), so those are
-asserted on the parsed drop-in instead.
+asserted on the parsed drop-in instead.  containerd 1.7 and 2.1 are in
+``test_cri_real_containerd.py``.
 """
 
 from __future__ import annotations
@@ -71,9 +72,10 @@ async def test_containerd_merges_the_dropin(
     nvidia = containerd["runtimes"]["nvidia"]
     assert nvidia["runtime_type"] == "io.containerd.runc.v2"
     assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
-    # The main config's own settings survive the merge.
-    # The main config's own CRI settings survive the import (the drop-in repeats them).
+    # The main config's own CRI settings survive the import (the drop-in repeats
+    # them), and so does the built-in runc handler (1.6 replaces the runtimes map).
     assert dump["plugins"]["io.containerd.grpc.v1.cri"]["cni"]["bin_dir"] == "/usr/lib/cni"
+    assert containerd["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
 
     dropin = tomllib.loads((node_root / "etc/containerd/conf.d/50-mokka.toml").read_text())
     assert dropin["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True
@@ -89,7 +91,5 @@ async def test_containerd_merges_the_dropin(
     assert "nvidia" not in dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
     assert fakes.systemctl_calls()[-1] == ["restart", "--no-block", "containerd"]
     host.discard_all()
-    after = snapshot(node_root)
-    assert {p for p in set(before) | set(after) if before.get(p) != after.get(p)} == {
-        "etc/containerd/config.toml"
-    }
+    # The main config too is back byte for byte (the imports line went at revoke).
+    assert snapshot(node_root) == before

@@ -1,8 +1,9 @@
 """containerd runtime setup: toolkit, nvidia-ctk, drop-in, NRI, restarts, leave-alone, teardown.
 
-Uses the stand-ins in ``tests/data/fake-toolkit``: the recording
-``nvidia-ctk`` (run through ``fake-chroot`` against the node root) and the
-recording ``fake-systemctl``.
+Runs the real NVIDIA Container Toolkit release (``nvidia-ctk`` v1.20.2,
+recorded by ``RecordingRunner``) and the recording ``fake-systemctl`` (a
+test must never restart the machine's containerd).  One test keeps a
+stand-in ``nvidia-ctk``, for the one fault the real tool cannot produce.
 """
 
 from __future__ import annotations
@@ -17,30 +18,26 @@ import pytest
 
 from mokka.errors import CommandError
 from mokka.host import Host
-from mokka.simulators.cri import CriSettings, CriSimulator, tomlwriter
+from mokka.simulators.cri import CriSettings, CriSimulator, mainconfig, tomlwriter
 from mokka.simulators.cri import runtime as runtime_mod
 from tests.cri_support import (
     DEBIAN_CONTAINERD_CONFIG,
     DRIVER_OWNER,
-    RELEASE,
     Fakes,
+    RecordingRunner,
     fake_settings,
     h100_state,
     install_fakes,
     load_spec,
+    real_component,
     seed_containerd_host,
     stage_driver,
 )
 from tests.support import snapshot
 
 DROPIN = "etc/containerd/conf.d/50-mokka.toml"
+#: The command after its scratch paths (``--config``, ``--drop-in-config``).
 CTK_ARGS = [
-    "runtime",
-    "configure",
-    "--runtime=containerd",
-    "--config-source=file",
-    "--config=/etc/containerd/config.toml",
-    "--drop-in-config=/etc/containerd/conf.d/50-mokka.toml",
     "--nvidia-runtime-name=nvidia",
     "--nvidia-runtime-path=/usr/bin/nvidia-container-runtime",
     "--nvidia-set-as-default",
@@ -50,10 +47,11 @@ RESTART = ["restart", "containerd"]
 IS_ACTIVE = ["is-active", "containerd"]
 QUEUED = ["restart", "--no-block", "containerd"]
 CRI = 'plugins."io.containerd.grpc.v1.cri"'
+IMPORT = f'imports = ["/etc/containerd/conf.d/*.toml"]  {mainconfig.MARK}\n'
 
 #: What must stay after teardown: the toolkit install (running containers call
-#: it), its manifest (so `mokka cleanup` can remove it), and containerd's main
-#: config with the imports line nvidia-ctk added.
+#: it) and its manifest (so `mokka cleanup` can remove it).  containerd's main
+#: config is back byte for byte.
 STAYS = {
     "usr/local": ("dir", 0o755),
     "usr/local/nvml-mock": ("dir", 0o755),
@@ -88,6 +86,27 @@ def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fakes:
 
 
 @pytest.fixture
+def runner() -> RecordingRunner:
+    return RecordingRunner()
+
+
+@pytest.fixture
+def host(node_root: Path, runner: RecordingRunner) -> Host:
+    return Host(node_root, runner=runner)
+
+
+def check_ctk_call(argv: list[str]) -> None:
+    """The image's nvidia-ctk, on a scratch copy of the main config, never the node's."""
+    assert argv[0] == str(real_component("toolkit") / "nvidia-ctk")
+    assert argv[1:5] == ["runtime", "configure", "--runtime=containerd", "--config-source=file"]
+    config, output = argv[5].removeprefix("--config="), argv[6].removeprefix("--drop-in-config=")
+    assert Path(config).name == "config.toml"
+    assert Path(output).parent == Path(config).parent
+    assert not Path(config).parent.exists()  # the scratch directory is gone
+    assert argv[7:] == CTK_ARGS
+
+
+@pytest.fixture
 def containerd_root(node_root: Path) -> Path:
     seed_containerd_host(node_root)
     return node_root
@@ -112,7 +131,7 @@ async def teardown(simulator: CriSimulator, host: Host) -> None:
 
 
 async def test_first_apply_installs_configures_and_restarts_once(
-    host: Host, containerd_root: Path, fakes: Fakes
+    host: Host, containerd_root: Path, fakes: Fakes, runner: RecordingRunner
 ) -> None:
     root = containerd_root
     before = snapshot(root)
@@ -120,14 +139,13 @@ async def test_first_apply_installs_configures_and_restarts_once(
     stage_driver(host, state)
     simulator = CriSimulator(fake_settings())
     await simulator.stage(host, state)
-    assert fakes.ctk_calls() == []
-    assert fakes.systemctl_calls() == []
+    assert runner.calls == []
     await simulator.apply(host, state)
 
     # The release is installed and linked from the package paths.
     for name in ("nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook"):
         installed = root / "usr/local/nvml-mock/toolkit" / name
-        assert installed.read_bytes() == (RELEASE / name).read_bytes()
+        assert installed.read_bytes() == (real_component("toolkit") / name).read_bytes()
         assert os.stat(installed).st_mode & 0o777 == 0o755
         assert os.readlink(root / "usr/bin" / name) == f"../local/nvml-mock/toolkit/{name}"
     config = tomllib.loads((root / "etc/nvidia-container-runtime/config.toml").read_text())
@@ -135,9 +153,9 @@ async def test_first_apply_installs_configures_and_restarts_once(
     assert config["nvidia-container-runtime"]["modes"]["cdi"]["default-kind"] == "nvidia.com/gpu"
     assert "/var/run/cdi" in config["nvidia-container-runtime"]["modes"]["cdi"]["spec-dirs"]
 
-    # The installed nvidia-ctk ran once, with exactly the documented command.
-    installed_ctk = str((root / "usr/local/nvml-mock/toolkit/nvidia-ctk").resolve())
-    assert fakes.ctk_calls() == [{"file": installed_ctk, "args": CTK_ARGS}]
+    # nvidia-ctk ran once, with exactly the documented command.
+    (ctk,) = runner.ctk_calls()
+    check_ctk_call(ctk)
 
     doc = dropin(root)
     assert doc["version"] == 2
@@ -152,8 +170,11 @@ async def test_first_apply_installs_configures_and_restarts_once(
         "socket_path": "/var/run/nri/nri.sock",
     }
     assert os.stat(root / DROPIN).st_mode & 0o777 == 0o644
+    # The real tool copies the node's CRI table into the drop-in.
+    assert cri["cni"] == {"bin_dir": "/usr/lib/cni", "conf_dir": "/etc/cni/net.d"}
+    assert cri["containerd"]["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
     main = (root / "etc/containerd/config.toml").read_text()
-    assert main == 'imports = ["/etc/containerd/conf.d/*.toml"]\n' + DEBIAN_CONTAINERD_CONFIG
+    assert main == IMPORT + DEBIAN_CONTAINERD_CONFIG
 
     # The spec names the installed ldcache hook.
     hooks = load_spec(root, "/var/run/cdi/nvidia.yaml")["containerEdits"]["hooks"]
@@ -168,29 +189,25 @@ async def test_first_apply_installs_configures_and_restarts_once(
 
     # An unchanged reconcile runs nothing and restarts nothing.
     await simulator.apply(host, state)
-    assert len(fakes.ctk_calls()) == 1
+    assert len(runner.ctk_calls()) == 1
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE]
 
     await teardown(simulator, host)
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE, QUEUED]
     after = snapshot(root)
     added, changed, removed = diff(before, after)
-    assert removed == set()
-    assert changed == {"etc/containerd/config.toml"}
-    assert after["etc/containerd/config.toml"][2].decode() == main
+    assert (changed, removed) == (set(), set())
     assert added == set(STAYS)
     for path, expected in STAYS.items():
         assert after[path][: len(expected)] == expected, path
 
-    # `mokka cleanup` (every manifest) removes the install too; only the
-    # imports line stays.
+    # `mokka cleanup` (every manifest) removes the install too.
     host.discard_all()
-    added, changed, removed = diff(before, snapshot(root))
-    assert (added, changed, removed) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_changed_dropin_restarts_unchanged_does_not(
-    host: Host, containerd_root: Path, fakes: Fakes
+    host: Host, containerd_root: Path, fakes: Fakes, runner: RecordingRunner
 ) -> None:
     root = containerd_root
     before = snapshot(root)
@@ -206,18 +223,18 @@ async def test_changed_dropin_restarts_unchanged_does_not(
     (root / DROPIN).write_text("version = 2\n")
     await simulator.apply(host, state)
     assert (root / DROPIN).read_bytes() == written
-    assert len(fakes.ctk_calls()) == 2
+    assert len(runner.ctk_calls()) == 2
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE, RESTART, IS_ACTIVE]
     await simulator.apply(host, state)
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE, RESTART, IS_ACTIVE]
 
     await teardown(simulator, host)
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_daemon_start_restarts_once_even_when_unchanged(
-    host: Host, containerd_root: Path, fakes: Fakes
+    host: Host, containerd_root: Path, fakes: Fakes, runner: RecordingRunner
 ) -> None:
     root = containerd_root
     before = snapshot(root)
@@ -233,11 +250,11 @@ async def test_daemon_start_restarts_once_even_when_unchanged(
     await restarted.apply(host, state)
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE, RESTART, IS_ACTIVE]
     # nvidia-ctk ran again at start (an upgraded image may write something else).
-    assert len(fakes.ctk_calls()) == 2
+    assert len(runner.ctk_calls()) == 2
 
     await teardown(restarted, host)
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_restart_mode_none_writes_and_stays_ready(
@@ -259,7 +276,7 @@ async def test_restart_mode_none_writes_and_stays_ready(
     assert fakes.systemctl_calls() == []
     assert not (root / DROPIN).exists()
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_containerd_not_coming_back_is_not_ready(
@@ -288,11 +305,12 @@ async def test_containerd_not_coming_back_is_not_ready(
 
     await teardown(simulator, host)
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_no_containerd_leaves_the_runtime_alone(
-    host: Host, node_root: Path, fakes: Fakes, caplog: pytest.LogCaptureFixture
+    host: Host, node_root: Path, fakes: Fakes, runner: RecordingRunner,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """CRI-O or an embedded containerd: no install, no drop-in, specs still published."""
     before = snapshot(node_root)
@@ -305,7 +323,7 @@ async def test_no_containerd_leaves_the_runtime_alone(
     assert simulator.readiness.reason.startswith(
         "CDI specs published for 1 GPU(s); no containerd on the host's PATH"
     )
-    assert fakes.ctk_calls() == []
+    assert runner.ctk_calls() == []
     assert fakes.systemctl_calls() == []
     assert (node_root / "var/run/cdi/nvidia.yaml").is_file()
     assert not (node_root / "usr").exists()
@@ -329,7 +347,7 @@ async def test_no_containerd_leaves_the_runtime_alone(
     ],
 )
 async def test_foreign_toolkit_file_leaves_the_runtime_alone(
-    host: Host, containerd_root: Path, fakes: Fakes, foreign: str
+    host: Host, containerd_root: Path, fakes: Fakes, runner: RecordingRunner, foreign: str
 ) -> None:
     root = containerd_root
     path = root / foreign
@@ -342,7 +360,7 @@ async def test_foreign_toolkit_file_leaves_the_runtime_alone(
     await simulator.apply(host, state)
     assert simulator.readiness.ready
     assert f"toolkit files not installed by mokka at /{foreign}" in simulator.readiness.reason
-    assert fakes.ctk_calls() == []
+    assert runner.ctk_calls() == []
     assert fakes.systemctl_calls() == []
     assert not (root / "usr/local").exists()
     assert not (root / DROPIN).exists()
@@ -364,7 +382,7 @@ async def test_nri_off_leaves_the_nri_table_out(
     assert dropin(root)["plugins"]["io.containerd.grpc.v1.cri"]["enable_cdi"] is True
     await teardown(simulator, host)
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_custom_nri_socket_and_config_dir(
@@ -381,42 +399,77 @@ async def test_custom_nri_socket_and_config_dir(
     await simulator.apply(host, state)
     doc = tomllib.loads((root / "etc/containerd/d/50-mokka.toml").read_text())
     assert doc["plugins"]["io.containerd.nri.v1.nri"]["socket_path"] == "/run/containerd/nri.sock"
-    assert fakes.ctk_calls()[0]["args"][5] == "--drop-in-config=/etc/containerd/d/50-mokka.toml"
     assert (root / "etc/containerd/config.toml").read_text().startswith(
-        'imports = ["/etc/containerd/d/*.toml"]\n'
+        f'imports = ["/etc/containerd/d/*.toml"]  {mainconfig.MARK}\n'
     )
     await teardown(simulator, host)
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_nvidia_ctk_failure_is_not_ready_and_retried(
-    host: Host, containerd_root: Path, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+    host: Host, containerd_root: Path, fakes: Fakes, runner: RecordingRunner
 ) -> None:
+    """A main config the real tool cannot load: not ready, specs published, retried."""
     root = containerd_root
     before = snapshot(root)
     state = h100_state(1)
     stage_driver(host, state)
-    monkeypatch.setenv("MOKKA_FAKE_CTK_FAIL", "unable to load config")
+    config = root / "etc/containerd/config.toml"
+    config.write_text("version = 2\n[plugins\n")
     simulator = CriSimulator(fake_settings())
     await simulator.apply(host, state)
     assert not simulator.readiness.ready
-    assert simulator.readiness.reason == (
-        "CDI specs published for 1 GPU(s); "
-        "nvidia-ctk runtime configure failed (exit 1): nvidia-ctk (fake): unable to load config"
+    assert simulator.readiness.reason.startswith(
+        "CDI specs published for 1 GPU(s); nvidia-ctk runtime configure failed (exit 1): "
     )
+    assert "unable to load config" in simulator.readiness.reason
     assert fakes.systemctl_calls() == []
+    assert config.read_text() == "version = 2\n[plugins\n"  # untouched
     # The specs are published regardless: they do not depend on containerd.
     assert (root / "var/run/cdi/nvidia.yaml").is_file()
 
-    monkeypatch.delenv("MOKKA_FAKE_CTK_FAIL")
+    config.write_text(DEBIAN_CONTAINERD_CONFIG)
     await simulator.apply(host, state)
     assert simulator.readiness.ready
-    assert len(fakes.ctk_calls()) == 2
+    assert len(runner.ctk_calls()) == 2
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE]
     await teardown(simulator, host)
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
+
+
+async def test_nvidia_ctk_writing_no_runtime_is_not_ready(
+    host: Host, containerd_root: Path, fakes: Fakes, tmp_path: Path
+) -> None:
+    """A STAND-IN nvidia-ctk, for the one fault the real tool cannot produce: exit 0, no
+    ``nvidia`` runtime in its output (a toolkit whose flags changed meaning)."""
+    release = tmp_path / "release"
+    release.mkdir()
+    for name in ("nvidia-container-runtime", "nvidia-cdi-hook"):
+        (release / name).symlink_to(real_component("toolkit") / name)
+    ctk = release / "nvidia-ctk"
+    ctk.write_text(
+        '#!/bin/sh\nfor a; do case "$a" in --drop-in-config=*) out="${a#*=}";; esac; done\n'
+        'printf "version = 2\\n" > "$out"\n'
+    )
+    ctk.chmod(0o755)
+    root = containerd_root
+    before = snapshot(root)
+    state = h100_state(1)
+    stage_driver(host, state)
+    simulator = CriSimulator(fake_settings(toolkit_dir=release))
+    await simulator.apply(host, state)
+    assert not simulator.readiness.ready
+    assert simulator.readiness.reason.endswith(
+        "/etc/containerd/conf.d/50-mokka.toml: nvidia-ctk wrote no 'nvidia' runtime entry; "
+        'expected [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]'
+    )
+    assert fakes.systemctl_calls() == []
+    assert not (root / DROPIN).exists()
+    await teardown(simulator, host)
+    host.discard_all()
+    assert snapshot(root) == before
 
 
 @pytest.mark.parametrize(
@@ -431,7 +484,7 @@ def test_a_dropin_nvidia_ctk_left_unreadable_is_one_error_naming_it(
 
 
 async def test_missing_toolkit_in_the_image_is_not_ready(
-    host: Host, containerd_root: Path, fakes: Fakes, tmp_path: Path
+    host: Host, containerd_root: Path, fakes: Fakes, runner: RecordingRunner, tmp_path: Path
 ) -> None:
     root = containerd_root
     before = snapshot(root)
@@ -442,12 +495,12 @@ async def test_missing_toolkit_in_the_image_is_not_ready(
     assert not simulator.readiness.ready
     assert "no-toolkit does not exist in the image" in simulator.readiness.reason
     assert (root / "var/run/cdi/nvidia.yaml").is_file()
-    assert fakes.ctk_calls() == []
+    assert runner.ctk_calls() == []
     assert fakes.systemctl_calls() == []
 
     partial = tmp_path / "partial"
     partial.mkdir()
-    (partial / "nvidia-ctk").write_bytes((RELEASE / "nvidia-ctk").read_bytes())
+    (partial / "nvidia-ctk").symlink_to(real_component("toolkit") / "nvidia-ctk")
     simulator = CriSimulator(fake_settings(toolkit_dir=partial))
     await simulator.apply(host, state)
     assert simulator.readiness.reason.endswith(
@@ -474,7 +527,7 @@ async def test_existing_file_at_our_dropin_name_is_restored(
     await teardown(simulator, host)
     assert (root / DROPIN).read_text() == "# someone's own drop-in\n"
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_revoke_from_a_fresh_process(host: Host, containerd_root: Path, fakes: Fakes) -> None:
@@ -489,7 +542,7 @@ async def test_revoke_from_a_fresh_process(host: Host, containerd_root: Path, fa
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE, QUEUED]
     assert not (root / DROPIN).exists()
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
 async def test_turning_the_runtime_setup_off_withdraws_our_dropin(
@@ -508,14 +561,18 @@ async def test_turning_the_runtime_setup_off_withdraws_our_dropin(
     await teardown(off, host)
     assert fakes.systemctl_calls() == [RESTART, IS_ACTIVE, QUEUED]
     host.discard_all()
-    assert diff(before, snapshot(root)) == (set(), {"etc/containerd/config.toml"}, set())
+    assert snapshot(root) == before
 
 
-def test_default_commands_run_against_the_host(node_root: Path) -> None:
-    """In the pod: nvidia-ctk chrooted into the node root, systemctl via PID 1's namespaces."""
+def test_default_command_runs_the_images_nvidia_ctk_on_a_scratch_copy() -> None:
+    """In the pod: the image's nvidia-ctk, on files of the daemon's own; never the host's."""
     setup = runtime_mod.RuntimeSetup(CriSettings())
-    argv = setup.ctk_argv(Host(node_root))
-    assert argv == ["chroot", str(node_root), "/usr/local/nvml-mock/toolkit/nvidia-ctk", *CTK_ARGS]
+    argv = setup.ctk_argv("/tmp/x/config.toml", "/tmp/x/drop-in.toml")
+    assert argv == [
+        "/usr/local/lib/mokka/toolkit/nvidia-ctk", "runtime", "configure",
+        "--runtime=containerd", "--config-source=file", "--config=/tmp/x/config.toml",
+        "--drop-in-config=/tmp/x/drop-in.toml", *CTK_ARGS,
+    ]
     assert runtime_mod.nri_settings("/var/run/nri/nri.sock") == {
         "disable": False, "socket_path": "/var/run/nri/nri.sock",
     }

@@ -5,7 +5,9 @@ Modules, one concept each:
 * ``settings``: the flags and the frozen ``CriSettings``;
 * ``cdi``: the two CDI specs, built from the state, checked, published;
 * ``toolkit``: installing the NVIDIA Container Toolkit the image ships;
-* ``runtime``: containerd's drop-in, NRI, restarts;
+* ``dropin``: what containerd's drop-in holds, and the inputs it is computed from;
+* ``mainconfig``: the one marked ``imports`` line in containerd's main config;
+* ``runtime``: containerd's runtime setup: ``nvidia-ctk``, the drop-in, restarts;
 * ``simulator``: the ``CriSimulator`` the reconciler drives.
 """
 

@@ -1,34 +1,34 @@
-"""containerd's runtime setup: drop-in, NRI, restart (SURFACES §6.2).
+"""containerd's runtime setup: drop-in, NRI, the ``imports`` line, restart (SURFACES §6.2).
 
 The procedure, once the toolkit is installed (``toolkit.py``):
 
-1. Run the *installed* ``nvidia-ctk runtime configure`` against the host's
-   files.  It writes the runtime part of our drop-in
-   (``<configDir>/50-mokka.toml``: the ``nvidia`` runtime as default, its
-   ``BinaryName``, ``enable_cdi``) and adds an ``imports`` glob for the
-   drop-in directory to containerd's main config.  It runs through the
-   ``host_exec`` prefix (``chroot <root>`` by default), so every path it
-   reads, writes and *records* is a host path: the ``imports`` line must
-   say ``/etc/containerd/conf.d/*.toml`` on the host, never
-   ``/host/etc/...``.
-2. With NRI on, add ``[plugins."io.containerd.nri.v1.nri"]`` (enabled,
-   with its socket) to the same drop-in; containerd 1.7 ships NRI off.
-   Then lay every plugin table of the drop-in over the main config's table
-   of the same plugin (``merge_plugins``): before containerd 2.1 an imported
-   table replaces the main config's whole table, so a drop-in carrying only
-   our keys would drop the node's own CRI settings.  The result is written
-   back as TOML (``tomlwriter``).
-3. Restart containerd through the host's systemd when the drop-in's
+1. Read the inputs (``dropin.read_inputs``): the main config and the
+   drop-ins containerd imports before ours.
+2. Run the image's ``nvidia-ctk runtime configure`` on a *scratch copy* of
+   them, in a private temporary directory of the daemon's own.  It writes
+   the runtime part of the drop-in there (the ``nvidia`` runtime as
+   default, its ``BinaryName``, ``runc``'s options, ``enable_cdi``, in the
+   main config's version).  Only that output is used: the real tool also
+   rewrites the main config whole (comments dropped, tables reordered),
+   and the node's copy must never get that.
+3. Compose the drop-in (``dropin.compose``: the node's own settings under
+   ours, NRI, the built-in ``runc`` handler) and write it
+   (``<configDir>/50-mokka.toml``).
+4. Add the one marked ``imports`` line for the drop-in directory to the
+   main config (``mainconfig``), unless the directory is imported already.
+5. Restart containerd through the host's systemd when the drop-in's
    content changed, and once at daemon start; never on an unchanged
    reconcile.  ``restartMode: none`` only logs that a restart is pending.
 
-The drop-in belongs to the manifest owner ``cri-runtime``: it is claimed
-(written with a placeholder) *before* ``nvidia-ctk`` overwrites it, so the
-manifest records it as ours and revoke removes it instead of mistaking
-``nvidia-ctk``'s output for a file someone else left there.  The
-``imports`` line in the main config stays after revoke: it names a
-directory glob, harmless once our file is gone, and other drop-ins may
-rely on it.
+Every reconcile reads the inputs again: when they changed (an operator's
+edit of ``config.toml`` while the daemon runs, another drop-in added), the
+drop-in is computed again, so its copy of the node's settings never goes
+stale beyond one resync interval (the repair pass calls apply because the
+reads are recorded, see ``mokka.daemon.waves``).
+
+The drop-in belongs to the manifest owner ``cri-runtime``; revoke removes
+it and takes the marked line out of the main config again, so a main
+config nobody edited meanwhile is back byte for byte.
 
 Leave-alone cases (the node stays as it is, the simulator stays ready and
 says why): no containerd binary on the host's PATH (CRI-O, k3s/rke2 with
@@ -38,18 +38,22 @@ not create (another installer prepared the node).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import subprocess
-import tomllib
-from collections.abc import Mapping, Sequence
-from typing import Any
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
 
 from mokka.errors import CommandError, HostPathError
 from mokka.host import File, Host
 from mokka.simulators.base import Readiness
-from mokka.simulators.cri import tomlwriter, toolkit
+from mokka.simulators.cri import dropin as dropin_mod
+from mokka.simulators.cri import mainconfig, tomlwriter, toolkit
+from mokka.simulators.cri.dropin import RUNTIME_NAME, merge_plugins, nri_settings
 from mokka.simulators.cri.settings import CriSettings
 
 logger = logging.getLogger(__name__)
@@ -59,72 +63,8 @@ OWNER = "cri-runtime"
 #: Where containerd is looked for under the node root (the host's PATH
 #: directories a distribution or an installer puts it in).
 CONTAINERD_PATHS = ("/usr/bin/containerd", "/usr/local/bin/containerd", "/usr/sbin/containerd")
-#: The runtime name containerd gets, and the default it becomes.
-RUNTIME_NAME = "nvidia"
-#: Written before ``nvidia-ctk`` runs, so the manifest owns the path (see above).
-PLACEHOLDER = b"# mokka: nvidia-ctk is writing this drop-in\n"
 
-#: The CRI plugin's name in containerd's config version 2 (1.x) and 3 (2.x);
-#: ``nvidia-ctk`` picks the one the main config's version calls for.
-_CRI_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
-_NRI = "io.containerd.nri.v1.nri"
-
-
-#: Says who wrote the drop-in and why it repeats the main config's settings.
-DROPIN_HEADER = (
-    "# Written by mokka (cri simulator): nvidia-ctk's runtime settings over this node's\n"
-    "# own plugin settings from the main config (before containerd 2.1 an imported\n"
-    "# plugin table replaces the main config's whole table), plus NRI.  Removed at teardown.\n"
-)
-
-
-def nri_settings(socket_path: str) -> dict[str, Any]:
-    """The NRI plugin table: enabled, on ``socket_path``."""
-    return {"disable": False, "socket_path": socket_path}
-
-
-def merge_plugins(main: Mapping[str, Any], dropin: dict[str, Any]) -> dict[str, Any]:
-    """The drop-in with each of its plugin tables laid over the main config's.
-
-    Before containerd 2.1 a plugin table in an imported file *replaces* the
-    main config's table of the same plugin: a drop-in holding only
-    ``enable_cdi`` and the ``nvidia`` runtime would silently drop the node's
-    own CRI settings (``SystemdCgroup``, the sandbox image, CNI directories,
-    registry mirrors).  Repeating them under ours keeps the merged result
-    what the node had plus what we add, whatever containerd version merges
-    it.  Our keys win.
-    """
-    ours = dict(dropin.get("plugins", {}))
-    theirs = main.get("plugins", {}) if isinstance(main.get("plugins"), Mapping) else {}
-    for name, table in ours.items():
-        if isinstance(table, Mapping) and isinstance(theirs.get(name), Mapping):
-            ours[name] = _deep_merge(theirs[name], table)
-    return {**dropin, "plugins": ours} if ours else dict(dropin)
-
-
-def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``over`` laid onto ``base`` table by table; values (arrays too) replace, never append."""
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _has_runtime(doc: dict) -> bool:
-    """Whether ``nvidia-ctk`` wrote the ``nvidia`` runtime entry (a sanity check on its output).
-
-    Catches a toolkit that silently wrote nothing useful (wrong flags for its
-    version, a config version it did not expect) before containerd is
-    restarted onto it.
-    """
-    plugins = doc.get("plugins", {})
-    return any(
-        RUNTIME_NAME in plugins.get(name, {}).get("containerd", {}).get("runtimes", {})
-        for name in _CRI_PLUGINS
-    )
+__all__ = ["OWNER", "RUNTIME_NAME", "RuntimeSetup", "merge_plugins", "nri_settings"]
 
 
 @attrs.define(eq=False)
@@ -136,6 +76,9 @@ class RuntimeSetup:
     #: successful configure, so the first apply always runs ``nvidia-ctk``
     #: (an upgraded image may ship a toolkit that writes something else).
     _written: bytes | None = None
+    #: The inputs the drop-in was last computed from (``dropin.Inputs``);
+    #: different inputs on the node mean the drop-in is stale.
+    _inputs: dropin_mod.Inputs | None = None
     #: Whether this process has had its start-up restart.
     _restarted: bool = False
     #: Why containerd is not serving after our restart, while it is not.
@@ -192,14 +135,16 @@ class RuntimeSetup:
         """Write the drop-in if needed and restart containerd if it changed (blocking)."""
         dropin = self.settings.dropin
         on_disk = self._read_owned(host, dropin)
-        if self._written is not None and on_disk == self._written:
+        inputs = dropin_mod.read_inputs(host, self.settings)
+        if self._written is not None and on_disk == self._written and inputs == self._inputs:
             # Unchanged reconcile: no nvidia-ctk run, no restart.  Only a
             # containerd we left down is looked at again.
             if self._down is not None:
                 self._check_active(host)
             return self._readiness()
         try:
-            final = self._write_dropin(host, dropin)
+            final = self._write_dropin(host, dropin, inputs)
+            self._add_import(host)
         except (CommandError, HostPathError, OSError) as exc:
             # Not raised: the specs are published and useful without
             # containerd's runtime entry; the next reconcile tries again.
@@ -208,6 +153,8 @@ class RuntimeSetup:
             return Readiness.not_ready(str(exc))
         changed = final != on_disk
         self._written = final
+        # Read again: the imports line just added is no change of the inputs.
+        self._inputs = dropin_mod.read_inputs(host, self.settings)
         if changed or not self._restarted:
             why = "drop-in changed" if changed else "daemon start"
             self._restart(host, why)
@@ -238,67 +185,107 @@ class RuntimeSetup:
         except (OSError, HostPathError):
             return None
 
-    def _write_dropin(self, host: Host, dropin: str) -> bytes:
-        """Claim the drop-in, let ``nvidia-ctk`` write it, add NRI, converge the result."""
-        if dropin not in host.owned(OWNER):
-            host.converge(OWNER, [File(dropin, PLACEHOLDER, 0o644)])
-        result = self._run(host, self.ctk_argv(host))
-        if result.returncode != 0:
-            raise CommandError(
-                f"nvidia-ctk runtime configure failed (exit {result.returncode}): "
-                f"{(result.stderr or result.stdout).strip()}"
-            )
-        written = host.read_bytes(dropin)
-        if written == PLACEHOLDER:
-            raise CommandError(f"nvidia-ctk runtime configure did not write {dropin}")
-        doc = _parse(dropin, written)
-        if not _has_runtime(doc):
+    def _write_dropin(self, host: Host, dropin: str, inputs: dropin_mod.Inputs) -> bytes:
+        """Run ``nvidia-ctk`` on a scratch copy of the inputs, compose the drop-in, converge it."""
+        given, node = dropin_mod.base(inputs, self.settings.containerd_config)
+        written = self._run_ctk(host, given)
+        if node is None:
+            node = dropin_mod.parse(self.settings.containerd_config, given) if given else {}
+        doc = dropin_mod.parse(dropin, written, after=" after nvidia-ctk ran")
+        if not dropin_mod.has_runtime(doc):
             raise CommandError(
                 f"{dropin}: nvidia-ctk wrote no '{RUNTIME_NAME}' runtime entry; expected "
-                f"[plugins.\"{_CRI_PLUGINS[0]}\".containerd.runtimes.{RUNTIME_NAME}]"
+                f"[plugins.\"{dropin_mod.CRI_PLUGINS[2]}\".containerd.runtimes.{RUNTIME_NAME}]"
             )
-        if self.settings.nri:
-            doc.setdefault("plugins", {})[_NRI] = nri_settings(self.settings.nri_socket)
-        doc = merge_plugins(self._main_config(host), doc)
-        text = DROPIN_HEADER + tomlwriter.dumps(doc)
-        final = text.encode()
-        report = host.converge(OWNER, [File(dropin, final, 0o644)])
+        doc = dropin_mod.compose(doc, node, self.settings)
+        final = (dropin_mod.HEADER + tomlwriter.dumps(doc)).encode()
+        artifacts = [File(dropin, final, 0o644)]
+        main = self.settings.containerd_config
+        if inputs.main is None or main in host.owned(OWNER):
+            # A node without a main config gets one holding the import,
+            # ours: discard removes it.
+            artifacts.append(self._created_main())
+        report = host.converge(OWNER, artifacts)
         if report.changed:
             logger.info("containerd drop-in %s written", dropin)
         return final
 
-    def _main_config(self, host: Host) -> Mapping[str, Any]:
-        """containerd's main config as parsed, or empty when absent or unreadable."""
-        path = self.settings.containerd_config
-        try:
-            return tomllib.loads(host.read_text(path))
-        except (OSError, HostPathError, UnicodeDecodeError):
-            return {}
-        except tomllib.TOMLDecodeError as exc:
-            logger.warning("%s is not valid TOML (%s): not merging its plugin settings", path, exc)
-            return {}
+    def _run_ctk(self, host: Host, main: bytes | None) -> bytes:
+        """``nvidia-ctk runtime configure`` on ``main`` in a private scratch directory.
 
-    def ctk_argv(self, host: Host) -> list[str]:
-        """The ``nvidia-ctk runtime configure`` command, as run on the host."""
-        s = self.settings
+        The daemon's own temporary directory, not the node: the tool's
+        rewrite of the main config there is thrown away with it.
+        """
+        with tempfile.TemporaryDirectory(prefix="mokka-ctk-") as scratch:
+            config = Path(scratch, "config.toml")
+            output = Path(scratch, "drop-in.toml")
+            if main is not None:
+                config.write_bytes(main)
+            result = self._run(host, self.ctk_argv(config, output))
+            if result.returncode != 0:
+                raise CommandError(
+                    f"nvidia-ctk runtime configure failed (exit {result.returncode}): "
+                    f"{(result.stderr or result.stdout).strip()}"
+                )
+            if not output.is_file():
+                raise CommandError(
+                    f"nvidia-ctk runtime configure did not write {self.settings.dropin}"
+                )
+            return output.read_bytes()
+
+    def ctk_argv(self, config: os.PathLike[str] | str, output: os.PathLike[str] | str) -> list[str]:
+        """The ``nvidia-ctk runtime configure`` command over a scratch ``config``."""
         return [
-            *self._host_exec(host),
-            toolkit.NVIDIA_CTK,
+            str(self.settings.toolkit_dir / "nvidia-ctk"),
             "runtime",
             "configure",
             "--runtime=containerd",
             "--config-source=file",
-            f"--config={s.containerd_config}",
-            f"--drop-in-config={s.dropin}",
+            f"--config={config}",
+            f"--drop-in-config={output}",
             f"--nvidia-runtime-name={RUNTIME_NAME}",
             f"--nvidia-runtime-path={toolkit.RUNTIME_BINARY}",
             "--nvidia-set-as-default",
             "--cdi.enabled",
         ]
 
-    def _host_exec(self, host: Host) -> list[str]:
-        """The ``host_exec`` prefix with ``{root}`` filled in."""
-        return [part.replace("{root}", str(host.root)) for part in self.settings.host_exec]
+    # ---- the imports line -------------------------------------------------
+
+    def _glob(self) -> str:
+        return f"{self.settings.containerd_config_dir.rstrip('/')}/*.toml"
+
+    def _created_main(self) -> File:
+        """The main config of a node that had none: only the import (ours, the manifest's)."""
+        text = f'version = 2\nimports = ["{self._glob()}"]\n'
+        return File(self.settings.containerd_config, text.encode(), 0o644)
+
+    def _add_import(self, host: Host) -> None:
+        """Make the main config import the drop-in directory (one marked line, ``mainconfig``)."""
+        path = self.settings.containerd_config
+        if path in host.owned(OWNER):
+            return  # we created it, with the import
+        current = host.read_bytes(path)
+        try:
+            edited = mainconfig.add(current.decode(), self._glob())
+        except (UnicodeDecodeError, mainconfig.ImportsUnsupported) as exc:
+            raise CommandError(f"cannot import {self._glob()} from {path}: {exc}") from exc
+        if edited is not None:
+            _rewrite(host.resolve(path, follow_last=True), edited.encode())
+            logger.info("%s imports %s now", path, self._glob())
+
+    def _remove_import(self, host: Host) -> None:
+        """Take the marked line out of the main config again (if it is still there)."""
+        path = self.settings.containerd_config
+        if path in host.owned(OWNER):
+            return  # we created the whole file: discard removes it
+        try:
+            current = host.read_bytes(path)
+            restored = mainconfig.remove(current.decode())
+        except (OSError, HostPathError, UnicodeDecodeError):
+            return
+        if restored is not None:
+            _rewrite(host.resolve(path, follow_last=True), restored.encode())
+            logger.info("%s: the imports line mokka added is removed", path)
 
     # ---- containerd -----------------------------------------------------
 
@@ -360,6 +347,10 @@ class RuntimeSetup:
 
     def _withdraw_stale(self, host: Host) -> None:
         """Remove our drop-in if the manifest records one, and queue a restart."""
+        try:
+            self._remove_import(host)
+        except OSError as exc:
+            logger.error("could not remove the imports line mokka added: %s", exc)
         if not host.owned(OWNER):
             return
         host.discard(OWNER)
@@ -385,9 +376,26 @@ class RuntimeSetup:
 
 def _parse(path: str, written: bytes) -> dict:
     """The drop-in as TOML, or a ``CommandError`` naming it (never a half-parsed write)."""
+    return dropin_mod.parse(path, written, after=" after nvidia-ctk ran")
+
+
+def _rewrite(real: Path, content: bytes) -> None:
+    """Replace a node file that is not ours atomically, keeping its mode and owner.
+
+    A rename, so containerd (or an editor) never reads half a file; the new
+    inode gets the old one's mode and owner, so only the content changes.
+    """
+    st = os.stat(real)
+    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.mokka-", dir=real.parent)
     try:
-        return tomllib.loads(written.decode())
-    except UnicodeDecodeError as exc:
-        raise CommandError(f"{path}: not UTF-8 text after nvidia-ctk ran: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise CommandError(f"{path}: not valid TOML after nvidia-ctk ran: {exc}") from exc
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, st.st_mode & 0o7777)
+        os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -29,14 +29,6 @@ DEFAULT_TOOLKIT_DIR = Path("/usr/local/lib/mokka/toolkit")
 #: without mounting anything into the pod.
 DEFAULT_SYSTEMCTL = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "systemctl")
 
-#: How a host command (the installed ``nvidia-ctk``) sees the host's files.
-#: ``{root}`` is replaced by the node root.  chroot, not root-prefixed
-#: paths: ``nvidia-ctk`` writes the path of the drop-in directory into the
-#: ``imports`` line of containerd's main config, and that line must name the
-#: host's ``/etc/containerd/conf.d``, never ``/host/etc/...``.
-DEFAULT_HOST_EXEC = ("chroot", "{root}")
-
-
 # Validators: each raises ``SpecError`` naming the field, what it got and
 # what it expected, so a bad chart value fails the daemon's start with one line.
 
@@ -81,8 +73,9 @@ class CriSettings:
     #: Where the image keeps the toolkit release (daemon filesystem, not the
     #: node root).  Every regular file in it is installed on the node.
     toolkit_dir: Path = attrs.field(default=DEFAULT_TOOLKIT_DIR, converter=Path)
-    #: containerd's main config (host path); ``nvidia-ctk`` adds the
-    #: ``imports`` line for the drop-in directory to it.
+    #: containerd's main config (host path); the runtime setup adds one
+    #: marked ``imports`` line for the drop-in directory to it, and takes
+    #: it out again at teardown.
     containerd_config: str = attrs.field(
         default="/etc/containerd/config.toml", validator=_check_node_path
     )
@@ -104,11 +97,6 @@ class CriSettings:
     #: fake here).
     systemctl: tuple[str, ...] = attrs.field(
         default=DEFAULT_SYSTEMCTL, converter=tuple, validator=_check_argv
-    )
-    #: argv prefix that runs a command in the host's view of the filesystem;
-    #: ``{root}`` becomes the node root.  See ``DEFAULT_HOST_EXEC``.
-    host_exec: tuple[str, ...] = attrs.field(
-        default=DEFAULT_HOST_EXEC, converter=tuple, validator=_check_argv
     )
     #: Seconds one ``systemctl restart containerd`` or ``nvidia-ctk`` run
     #: may take.  containerd restarts in a few seconds; a unit stuck in
@@ -136,7 +124,6 @@ class CriSettings:
             nri_socket=args.nri_socket,
             restart_mode=args.restart_mode,
             systemctl=_split("--systemctl-command", args.systemctl_command),
-            host_exec=_split("--host-exec-command", args.host_exec_command),
         )
 
 
@@ -153,8 +140,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     The chart renders ``--container-runtime``, ``--containerd-config-dir``,
     ``--restart-mode``, ``--nri`` and ``--nri-socket`` from
-    ``nodeAgent.containerRuntime`` and ``nodeAgent.nri``; the command
-    prefixes exist for tests and unusual hosts.  on/off flags (not
+    ``nodeAgent.containerRuntime`` and ``nodeAgent.nri``; the systemctl
+    prefix exists for tests and unusual hosts.  on/off flags (not
     ``--x``/``--no-x``) so a rendered value is always explicit.
     """
     group = parser.add_argument_group("cri", "CDI specs and the containerd runtime setup")
@@ -212,10 +199,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CMD",
         help="command prefix reaching the host's systemctl (default: %(default)s)",
     )
+    # nvidia-ctk no longer runs against the host's files (it works on a
+    # scratch copy in the daemon's own filesystem, see ``runtime.py``), so
+    # there is nothing left to prefix; command lines that still pass the
+    # flag keep starting.
     group.add_argument(
         "--host-exec-command",
-        default=shlex.join(defaults.host_exec),
         metavar="CMD",
-        help="command prefix running nvidia-ctk against the host's files; {root} is the "
-        "node root (default: %(default)s)",
+        help="no longer used: nvidia-ctk runs on a scratch copy of containerd's config "
+        "in the daemon's own filesystem (accepted so existing command lines still start)",
     )

@@ -38,7 +38,8 @@ INSTALL_DIR = "/usr/local/nvml-mock/toolkit"
 #: The executables the setup needs: the runtime containerd calls, the CLI
 #: that writes containerd's drop-in, and the hook the CDI spec names.
 REQUIRED = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook")
-#: The installed ``nvidia-ctk`` the setup runs.
+#: The installed ``nvidia-ctk`` (for the node's own use; the setup runs the
+#: image's copy on a scratch directory, see ``runtime.py``).
 NVIDIA_CTK = f"{INSTALL_DIR}/nvidia-ctk"
 #: The runtime's config, installed beside the binaries and linked from /etc.
 CONFIG = f"{INSTALL_DIR}/config.toml"
