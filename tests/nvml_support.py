@@ -118,3 +118,24 @@ def run_smi(
         text=True,
         timeout=120,
     )
+
+
+def library_without_config(directory: Path) -> Path:
+    """The built mock library copied to ``directory/usr/lib64`` with no config beside it
+    (``directory/config`` does not exist): what a container gets from a CDI spec that
+    mounts only the library, so it must ask the node daemon's socket."""
+    from mokka import native
+
+    lib_dir = directory / "usr" / "lib64"
+    lib_dir.mkdir(parents=True)
+    copy = lib_dir / native.NVML_LIBRARY
+    shutil.copyfile(native.artifact(native.NVML_LIBRARY), copy)
+    assert not (directory / "config").exists()
+    return copy
+
+
+def socket_client_env(socket_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a client with no ``MOCK_NVML_CONFIG`` that asks ``socket_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_NVML")}
+    env.update(MOCK_NVML_SOCKET=str(socket_path), **extra)
+    return env

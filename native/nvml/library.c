@@ -4,8 +4,9 @@
  *
  * NVML counts nvmlInit/nvmlShutdown pairs; the library stays usable until
  * the last shutdown.  The engine config is found through MOCK_NVML_CONFIG,
- * else next to the library itself (locate.c).  A broken rewrite keeps the
- * last good snapshot.  The error strings are errors.c's.
+ * else next to the library itself (locate.c), else, when no file is there,
+ * over the node daemon's socket (remote.c, refresh_remote).  A broken
+ * rewrite keeps the last good snapshot.  The error strings are errors.c's.
  *
  * Noticing a change (docs/engine-config.md, "Change notice"): the daemon
  * bumps an 8-byte counter, `generation` beside the config, after it has
@@ -108,6 +109,16 @@ static unsigned g_notice_reads;
 static char g_notice_path[PATH_MAX];
 static dev_t g_notice_dev;                /* identity of the open file */
 static ino_t g_notice_ino;
+
+/* Over the node daemon's socket (remote.c): g_remote is set when nvmlInit
+ * found no config beside the library and the socket at g_socket answered.
+ * The files then come from there, asked for on the stat schedule (every
+ * MOCK_REMOTE_INTERVAL_NS, longer after failures) with the token of the
+ * files in force, g_token; there is no change notice.  Guarded by g_lock. */
+static int g_remote;
+static char g_socket[PATH_MAX];
+static char g_token[MOCK_REMOTE_TOKEN + 1];
+static unsigned g_remote_failures;        /* exchanges failed in a row */
 
 static __thread struct thread_cache t_cache __attribute__((tls_model("initial-exec")));
 static struct thread_cache *g_caches;     /* every registered thread's cache */
@@ -280,6 +291,82 @@ static void publish(struct mock_config *cfg, unsigned long long seen)
     drop_ref(old); /* threads still using it hold references of their own */
 }
 
+/* Called with g_lock held: the snapshot an answer of the socket makes, or
+ * NULL when its config does not parse (the last good one stays).  Its
+ * workload goes to workload.c with it.  Frees the answer's text. */
+static struct mock_config *remote_load(struct mock_remote_reply *reply)
+{
+    char err[512];
+    struct mock_config *cfg = mock_config_parse(reply->text, reply->config_len,
+                                                MOCK_REMOTE_DIR, err, sizeof err);
+    if (cfg == NULL) {
+        mock_debug("invalid engine config from %s: %s", g_socket, err);
+        free(reply->text);
+        return NULL;
+    }
+    mock_compute_visibility(cfg);
+    mock_failure_prepare(cfg);
+    struct mock_config *wl = NULL;
+    if (reply->workload_len > 0) {
+        wl = mock_config_parse(reply->text + reply->config_len, reply->workload_len,
+                               MOCK_REMOTE_DIR, err, sizeof err);
+        if (wl == NULL)
+            mock_debug("workload file from %s ignored (every GPU idle): %s", g_socket, err);
+    }
+    mock_workload_adopt(MOCK_REMOTE_DIR, wl);
+    free(reply->text);
+    return cfg;
+}
+
+/* Called with g_lock held, when the schedule is due: ask the socket
+ * whether the files changed.  The next time is set before the exchange,
+ * so other threads' calls go on serving the current snapshot meanwhile;
+ * a failed exchange asks again later and later (up to
+ * MOCK_REMOTE_BACKOFF_NS), so a server that hangs costs a bounded share
+ * of the calls' time, and one that comes back is heard within seconds. */
+static void refresh_remote(unsigned long long now)
+{
+    __atomic_store_n(&g_due_ns, now + MOCK_REMOTE_INTERVAL_NS, __ATOMIC_RELAXED);
+    struct mock_remote_reply reply;
+    int r = mock_remote_fetch(g_socket, g_token, &reply);
+    if (r < 0) {
+        unsigned shift = g_remote_failures < 3 ? g_remote_failures : 3;
+        unsigned long long wait = MOCK_REMOTE_INTERVAL_NS << shift;
+        g_remote_failures++;
+        __atomic_store_n(&g_due_ns, coarse_ns() + (wait < MOCK_REMOTE_BACKOFF_NS ? wait
+                                                   : MOCK_REMOTE_BACKOFF_NS), __ATOMIC_RELAXED);
+        return;
+    }
+    g_remote_failures = 0;
+    if (r == 0)
+        return;
+    /* A broken config is not asked for again until it changes, as a
+     * broken file is not re-parsed every second. */
+    strcpy(g_token, reply.token);
+    struct mock_config *cfg = remote_load(&reply);
+    __atomic_add_fetch(&mock_checks, 1, __ATOMIC_RELEASE);
+    if (cfg == NULL)
+        return;
+    mock_debug("engine config from %s changed; re-read it (%u devices)", g_socket,
+               cfg->device_count);
+    publish(cfg, g_loaded_notice);
+}
+
+/* Called with g_lock held by nvmlInit, when no config is beside the
+ * library: the first snapshot from the node daemon's socket, or NULL. */
+static struct mock_config *remote_first(void)
+{
+    g_token[0] = '\0';
+    g_remote_failures = 0;
+    if (!mock_remote_locate(g_socket, sizeof g_socket))
+        return NULL;
+    struct mock_remote_reply reply;
+    if (mock_remote_fetch(g_socket, NULL, &reply) != 1)
+        return NULL;
+    strcpy(g_token, reply.token);
+    return remote_load(&reply);
+}
+
 /* Called with g_lock held: re-read what changed, if anything did.  The
  * counter is read before the files: a bump that lands while they are read
  * differs from `seen` and brings the next call back here. */
@@ -289,6 +376,11 @@ static void refresh_locked(void)
         return;
     unsigned long long now = coarse_ns();
     int scheduled = schedule_due(now);
+    if (g_remote) {
+        if (scheduled)
+            refresh_remote(now);
+        return;
+    }
     if (scheduled) {
         __atomic_store_n(&g_due_ns, now + g_recheck_ns, __ATOMIC_RELAXED);
         track_notice();
@@ -330,7 +422,9 @@ static nvmlReturn_t library_init(void)
     }
     nvmlReturn_t result = NVML_SUCCESS;
     int missing = 0;
-    if (!mock_locate_config(g_path, sizeof g_path)) {
+    int where = mock_locate_config(g_path, sizeof g_path);
+    g_remote = 0;
+    if (!where) {
         result = NVML_ERROR_DRIVER_NOT_LOADED;
     } else {
         __atomic_store_n(&g_recheck_ns, mock_recheck_interval_ns(), __ATOMIC_RELAXED);
@@ -347,6 +441,20 @@ static nvmlReturn_t library_init(void)
         unsigned long long seen = notice_now(); /* before the file: see refresh_locked */
         struct stat stamp;
         struct mock_config *cfg = load_config(g_path, &stamp, &missing);
+        if (cfg == NULL && missing && where == MOCK_BESIDE &&
+            (cfg = remote_first()) != NULL) {
+            /* No file here (a container another tool's CDI spec made): the
+             * node daemon's socket serves the files, on its own schedule. */
+            g_remote = 1;
+            g_notice_path[0] = '\0';
+            __atomic_store_n(&g_notice_fd, -1, __ATOMIC_RELEASE);
+            __atomic_store_n(&g_notice_value, 0, __ATOMIC_RELEASE);
+            seen = 0;
+            /* schedule_due takes a due time further off than this as a
+             * clock set back: the backoff must not look like one */
+            __atomic_store_n(&g_recheck_ns, MOCK_REMOTE_BACKOFF_NS, __ATOMIC_RELAXED);
+            memset(&stamp, 0, sizeof stamp);
+        }
         if (cfg == NULL) {
             /* Missing config: no driver on this node.  Present but broken: an
              * error the operator should see, distinct from "no GPUs". */
@@ -354,10 +462,12 @@ static nvmlReturn_t library_init(void)
         } else {
             g_stamp = stamp;
             __atomic_add_fetch(&mock_checks, 1, __ATOMIC_RELEASE);
-            __atomic_store_n(&g_due_ns, coarse_ns() + g_recheck_ns, __ATOMIC_RELAXED);
+            __atomic_store_n(&g_due_ns, coarse_ns() + (g_remote ? MOCK_REMOTE_INTERVAL_NS
+                                                                : g_recheck_ns),
+                             __ATOMIC_RELAXED);
             publish(cfg, seen);
             g_init_refs = 1;
-            mock_debug("initialized from %s (%u devices, %u visible)", g_path,
+            mock_debug("initialized from %s (%u devices, %u visible)", g_remote ? g_socket : g_path,
                        cfg->device_count, cfg->visible_count);
         }
     }

@@ -1,7 +1,8 @@
 /*
  * Where the library's files are, and how often it looks at them: the
- * engine config (MOCK_NVML_CONFIG, else beside the library itself), its
- * change notice, and the stat schedule's interval.
+ * engine config (MOCK_NVML_CONFIG, else beside the library itself, else
+ * over the node daemon's socket: remote.c), its change notice, and the
+ * stat schedule's interval.
  *
  * A library at <driver root>/usr/lib64/ reads <driver root>/config/
  * config.yaml, so a process that mounts only the driver root (the DRA
@@ -22,7 +23,9 @@
 /* The change notice's name beside the config (docs/engine-config.md). */
 #define NOTICE_FILE "generation"
 
-/* Where the engine config is: MOCK_NVML_CONFIG, else <lib>/../../config/config.yaml. */
+/* Where the engine config is: MOCK_NVML_CONFIG, else <lib>/../../config/config.yaml.
+ * Which of the two answered matters: only a library with no file beside it
+ * asks the node daemon's socket (remote.c), never one told where to look. */
 int mock_locate_config(char *path, size_t size)
 {
     const char *env = getenv("MOCK_NVML_CONFIG");
@@ -32,7 +35,7 @@ int mock_locate_config(char *path, size_t size)
             return 0;
         }
         strcpy(path, env);
-        return 1;
+        return MOCK_FROM_ENV;
     }
     Dl_info info;
     if (dladdr((void *)&mock_locate_config, &info) == 0 || info.dli_fname == NULL ||
@@ -60,7 +63,7 @@ int mock_locate_config(char *path, size_t size)
         *slash = '\0';
     }
     int n = snprintf(path, size, "%s/config/config.yaml", root);
-    return n > 0 && (size_t)n < size;
+    return n > 0 && (size_t)n < size ? MOCK_BESIDE : 0;
 }
 
 /* The stat schedule's interval: MOCK_NVML_RECHECK_INTERVAL_MS, else once a

@@ -12,6 +12,8 @@
  *   library.c     init/shutdown reference count, the current snapshot
  *                 (served without a lock), the change notice, change
  *                 detection and re-reading
+ *   remote.c      the engine config and workload file over the node
+ *                 daemon's socket, for a library with no config beside it
  *   locate.c      where the config and its change notice are, how often
  *                 the config is stat'ed
  *   errors.c      nvmlErrorString
@@ -307,14 +309,49 @@ void mock_truncate_copy(const char *value, char *buf, unsigned int length);
 /* How often (at most) the config file is stat'ed for changes, unless
  * MOCK_NVML_RECHECK_INTERVAL_MS says otherwise (0: at every call). */
 #define MOCK_RECHECK_INTERVAL_NS 1000000000ULL
-/* Where the engine config is (locate.c): MOCK_NVML_CONFIG, else
- * <lib>/../../config/config.yaml; 0 when neither can be told. */
+/* Where the engine config is (locate.c): MOCK_NVML_CONFIG (returns
+ * MOCK_FROM_ENV), else <lib>/../../config/config.yaml (MOCK_BESIDE); 0
+ * when neither can be told. */
+#define MOCK_FROM_ENV 1
+#define MOCK_BESIDE 2
 int mock_locate_config(char *path, size_t size);
 /* The change notice's path beside `config` (empty when it does not fit). */
 void mock_locate_notice(const char *config, char *path, size_t size);
 /* The stat schedule's interval: MOCK_NVML_RECHECK_INTERVAL_MS, else
  * MOCK_RECHECK_INTERVAL_NS. */
 unsigned long long mock_recheck_interval_ns(void);
+
+/* ------------------------------------------------------------ remote.c */
+
+/* How often (at most) a library without a config beside it asks the node
+ * daemon's socket whether the files changed: a `mokka ctl` change reaches
+ * a container within a second (the daemon's pass, then this). */
+#define MOCK_REMOTE_INTERVAL_NS 250000000ULL
+/* The whole exchange (connect, request, answer) must finish within this;
+ * a failed one is retried later, at most every MOCK_REMOTE_BACKOFF_NS. */
+#define MOCK_REMOTE_BUDGET_MS 200
+#define MOCK_REMOTE_BACKOFF_NS 2000000000ULL
+/* The longest token the daemon hands out (hex digits). */
+#define MOCK_REMOTE_TOKEN 32
+/* The directory a snapshot read over the socket names: none (no file of
+ * it is on this side, so nothing is looked up relative to it). */
+#define MOCK_REMOTE_DIR "(socket)"
+
+/* One answer: the token names the files; `text` (malloc'ed) holds the
+ * engine config's config_len bytes, then the workload file's. */
+struct mock_remote_reply {
+    char token[MOCK_REMOTE_TOKEN + 1];
+    char *text;
+    size_t config_len, workload_len;
+};
+/* The socket to ask: MOCK_NVML_SOCKET, else /run/nvidia-persistenced/socket,
+ * else /var/run/nvidia-persistenced/socket (the first that is a socket);
+ * 0 when none is there. */
+int mock_remote_locate(char *path, size_t size);
+/* Asks the socket at `path` for the files, saying which the caller has
+ * (`have`: a token, or NULL).  1: new files in *out (free out->text);
+ * 0: unchanged; -1: no usable answer (nothing to free). */
+int mock_remote_fetch(const char *path, const char *have, struct mock_remote_reply *out);
 
 /* The current snapshot, NULL when not initialized.  No lock and no
  * reference count on the way: the calling thread's own reference keeps it
@@ -555,6 +592,10 @@ double mock_meter_read(enum mock_meter meter, unsigned pos, double rate_per_seco
  * immutable snapshot; NULL when no file (every GPU idle).  Release with
  * mock_release. */
 struct mock_config *mock_workload_acquire(const struct mock_config *cfg);
+/* The workload snapshot read over the socket (remote.c) becomes the one
+ * in force for configs of directory `dir` (MOCK_REMOTE_DIR); NULL: idle.
+ * Takes the caller's reference. */
+void mock_workload_adopt(const char *dir, struct mock_config *wl);
 /* Containers holding device `pos`, and the per-holder shares. */
 unsigned mock_workload_holders(const struct mock_config *wl, unsigned pos);
 /* The same for the readings' hot path: resolved once per workload file. */

@@ -36,6 +36,7 @@ SOURCES = (
     "values.c",
     "library.c",
     "locate.c",
+    "remote.c",
     "errors.c",
     "call.c",
     "devices.c",

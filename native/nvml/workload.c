@@ -9,7 +9,9 @@
  * else stat'ed at most once a second (library.c decides, and counts its
  * checks: mock_check_count).  A missing file means every
  * GPU is idle; a damaged one is ignored (idle too) with a MOCK_NVML_DEBUG
- * message: a workload never fails nvmlInit or a call.
+ * message: a workload never fails nvmlInit or a call.  A library that
+ * reads its config over the node daemon's socket (remote.c) gets the
+ * workload in the same answer and hands it over (mock_workload_adopt).
  *
  * Snapshots are mock_config's, reference counted, so a call keeps one
  * consistent view while the file is swapped.  What the hot calls need of a
@@ -126,6 +128,21 @@ static void track(const struct mock_config *cfg)
     }
     __atomic_store_n(&g_seen, cfg, __ATOMIC_RELAXED);
     __atomic_store_n(&g_seen_check, check, __ATOMIC_RELAXED);
+}
+
+void mock_workload_adopt(const char *dir, struct mock_config *wl)
+{
+    pthread_mutex_lock(&g_lock);
+    /* No file on this side: track() keeps to g_dir and looks at nothing,
+     * and the snapshot changes only here, when the library read new files
+     * over the socket. */
+    if (strlen(dir) < sizeof g_dir)
+        strcpy(g_dir, dir);
+    g_path[0] = '\0';
+    g_have_stat = 0;
+    g_checked = 1;
+    replace(wl);
+    pthread_mutex_unlock(&g_lock);
 }
 
 struct mock_config *mock_workload_acquire(const struct mock_config *cfg)

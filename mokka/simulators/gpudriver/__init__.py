@@ -23,6 +23,12 @@ stage fails leaving the node as the previous successful one left it.
 Apply publishes the tree at ``/run/nvidia/driver`` (see ``publish``).
 Discard and revoke remove exactly what the manifests record, so they also
 work from a fresh process after a crash.
+
+The simulator is also a ``Daemon``: once the first stage has succeeded it
+serves the engine config at ``run/nvidia-persistenced/socket`` under the
+driver root (``nvml_socket``), for libraries in containers whose CDI spec
+another tool wrote, with no config beside them.  It serves the files as
+they are on disk at each request, so ``reload`` has nothing to do.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from mokka.errors import NativeArtifactMissing, PassSuperseded, StageError
 from mokka.faults import owner_line
 from mokka.host import Artifact, ConvergeReport, Directory, File, Host
 from mokka.simulators.base import Readiness
-from mokka.simulators.gpudriver import notice
+from mokka.simulators.gpudriver import notice, nvml_socket
 from mokka.simulators.gpudriver import publish as publishing
 from mokka.simulators.gpudriver.binaries import (
     SmiChoice,
@@ -216,6 +222,9 @@ class GpuDriverSimulator:
 
     async def discard(self, host: Host) -> None:
         """Remove everything stage wrote (any process's), restoring what it replaced."""
+        # A killed daemon's socket and its record first: the socket keeps the
+        # directories it is in from going.
+        await trio.to_thread.run_sync(_discard_socket, host)
         await _converge_all(host, {owner: [] for owner in OWNERS})
         self._staged = False
         self._degraded = ()
@@ -241,6 +250,19 @@ class GpuDriverSimulator:
         # NVIDIA's binary or the fallback answers `nvidia-smi`.
         smi = self._smi.detail if self._smi else "no nvidia-smi"
         return Readiness.ok(f"{self._summary}, {smi}, {self._published}")
+
+    # ---- Daemon --------------------------------------------------------
+
+    async def run(self, host: Host, state: State, *,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the engine config at the NVML socket (``nvml_socket``) until cancelled."""
+        server = nvml_socket.NvmlSocketServer(host)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            task_status.started()
+
+    async def reload(self, state: State) -> None:
+        """Nothing to do: the socket serves the staged files as they are at each request."""
 
     # ---- Applier -------------------------------------------------------
 
@@ -268,6 +290,12 @@ class GpuDriverSimulator:
         self._apply_error = None
         await trio.to_thread.run_sync(publishing.withdraw, host)
         logger.info("gpudriver withdrew %s", layout.RUN_DRIVER)
+
+
+def _discard_socket(host: Host) -> None:
+    """Remove the NVML socket a killed daemon left, and its record (blocking)."""
+    nvml_socket.remove_stale_socket(host)
+    host.discard(nvml_socket.RUN_OWNER)
 
 
 def _build(args: argparse.Namespace) -> GpuDriverSimulator:
