@@ -27,6 +27,7 @@ from mokka.commands import SubprocessRunner
 from mokka.host import Artifact, CharDevice, Directory, File, Host, Symlink
 from mokka.simulators.cri.settings import CriSettings
 from mokka.state.model import Fabric, Gpu, Nvlink, NvlinkSwitch, State, System
+from tests import consumers
 from tests.support import DATA, require_tool
 
 DRIVER = "580.105.08"
@@ -126,28 +127,12 @@ def real_component(name: str) -> Path:
     ``--toolkit-dir``: ``nvidia-ctk``, ``nvidia-cdi-hook``,
     ``nvidia-container-runtime``); ``containerd-1.7`` / ``containerd-2.1``:
     Debian's containerd package, unpacked (``usr/bin/containerd``, and
-    ``etc/containerd/config.toml``, the config the package ships).  The one
-    place these paths are spelled.
+    ``etc/containerd/config.toml``, the config the package ships).  Both
+    come from ``scripts/install-consumers`` (``tests.consumers``).
     """
-    paths = {
-        "toolkit": Path("/var/cache/mokka/go/bin-tk120"),
-        "containerd-1.7": Path("/var/cache/mokka/containerd/1.7.24~ds1-6+deb13u1"),
-        "containerd-2.1": Path("/var/cache/mokka/containerd/2.1.9+ds1-5"),
-    }
-    path = paths[name]
-    needed = (
-        [path / n for n in ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime")]
-        if name == "toolkit"
-        else [path / "usr/bin/containerd"]
-    )
-    missing = [str(p) for p in needed if not p.is_file()]
-    if missing:
-        pytest.fail(
-            f"real {name} is missing ({', '.join(missing)}): run ./scripts/install-consumers "
-            "(the NVIDIA Container Toolkit v1.20.2 from the Go module proxy, Debian's "
-            "containerd 1.7.24 and 2.1.9 unpacked into /var/cache/mokka)"
-        )
-    return path
+    if name == "toolkit":
+        return consumers.toolkit_dir()
+    return consumers.containerd(name.removeprefix("containerd-")).bin_dir.parent.parent
 
 
 def containerd_binary(version: str) -> Path:

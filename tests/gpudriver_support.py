@@ -19,6 +19,7 @@ from mokka.host import Host
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
+from tests import consumers
 from tests.support import ROOT, snapshot
 
 DRIVER = "580.105.08"
@@ -193,19 +194,7 @@ UNSHARE = ["unshare", "--mount", "--propagation", "private"]
 
 
 
-#: Where the NVIDIA Container Toolkit's binaries (v1.20.2, built from the Go
-#: module proxy) are on this machine.
-_TOOLKIT_DIR = Path("/var/cache/mokka/go/bin-tk120")
-
-
 def toolkit_binary(name: str) -> Path:
     """A binary of the real NVIDIA Container Toolkit (``nvidia-ctk``,
-    ``nvidia-cdi-hook``); fails the test, saying so, when it is not built."""
-    path = _TOOLKIT_DIR / name
-    if not os.access(path, os.X_OK):
-        pytest.fail(
-            f"the NVIDIA Container Toolkit's {name} is not built at {path}: build it with "
-            "`go install github.com/NVIDIA/nvidia-container-toolkit/cmd/"
-            f"{name}@v1.20.2` (GOBIN={_TOOLKIT_DIR})"
-        )
-    return path
+    ``nvidia-cdi-hook``); fails the test, saying so, when it is not installed."""
+    return consumers.consumer(name)

@@ -4,8 +4,8 @@ Every test renders ``helm/mokka`` with ``helm template`` (or lints it) and
 asserts on the parsed objects: the DaemonSet's flags, probes, mounts and
 volumes, the ConfigMaps, and the schema's and templates' refusals.  The
 rendered flags are then fed to the daemon's own argument parser, so the chart
-cannot drift from the command line it drives.  ``helm`` comes from a PyPI
-package (see ``tests/helm_tool.py``).
+cannot drift from the command line it drives.  ``helm`` is the pinned helm
+v4 that ``scripts/install-consumers`` builds (see ``tests/helm_tool.py``).
 """
 
 from __future__ import annotations
