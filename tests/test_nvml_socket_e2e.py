@@ -34,8 +34,8 @@ from tests.daemon_support import (
     stop_daemon,
 )
 from tests.gpudriver_support import toolkit_binary
+from tests.podman_support import IMAGE, Podman, podman_fixture  # noqa: F401 (the fixture)
 from tests.support import real_nvidia_smi, require_tool
-from tests.test_cri_podman import IMAGE, Podman, podman  # noqa: F401 (the module's fixture)
 
 #: The nvidia-smi line of a GPU's temperature, and the value `mokka ctl` pins.
 TEMPERATURE = re.compile(rb"GPU Current Temp\s*:\s*(\d+) C")
@@ -70,7 +70,7 @@ def in_container(pod: Podman, spec_dir: Path, command: str) -> list[str]:
 
 @pytest.mark.timeout(300)
 async def test_nvml_works_in_a_container_from_the_toolkits_own_spec(
-    tmp_path: Path, podman: Podman  # noqa: F811
+    tmp_path: Path, podman: Podman
 ) -> None:
     node_root = tmp_path / "node"
     node_root.mkdir()
