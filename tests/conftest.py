@@ -26,12 +26,13 @@ def host(node_root: Path) -> Host:
 
 @pytest.fixture(scope="session")
 def native(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The mock NVML library and the fallback nvidia-smi, built from the
-    current sources once per session (not the installed copy), so the tests
-    prove the code in the tree."""
+    """The mock NVML library, the fallback nvidia-smi and the CUDA stub, built
+    from the current sources once per session (not the installed copy), so the
+    tests prove the code in the tree."""
     out = tmp_path_factory.mktemp("native")
     load_target("nvml").build(out, compiler())
     load_target("nvidia-smi").build(out, compiler())
+    load_target("libcuda").build(out, compiler())
     return out
 
 

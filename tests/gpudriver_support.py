@@ -25,6 +25,7 @@ from tests.support import ROOT, snapshot
 DRIVER = "580.105.08"
 LIB_BYTES = b"\x7fELF stand-in for the mock NVML library\n"
 SMI_BYTES = b"\x7fELF stand-in for the fallback nvidia-smi\n"
+CUDA_BYTES = b"\x7fELF stand-in for the CUDA stub\n"
 
 
 @functools.cache
@@ -49,10 +50,11 @@ def make_state(
 
 
 def use_native_stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A native build directory holding stand-ins for the library and the fallback nvidia-smi."""
+    """A native build directory holding stand-ins for the libraries and the fallback nvidia-smi."""
     directory = tmp_path / "native"
     directory.mkdir()
     (directory / "libnvidia-ml.so.1").write_bytes(LIB_BYTES)
+    (directory / "libcuda.so.1").write_bytes(CUDA_BYTES)
     (directory / "nvidia-smi").write_bytes(SMI_BYTES)
     monkeypatch.setenv("MOKKA_NATIVE_DIR", str(directory))
     return directory
@@ -86,7 +88,9 @@ def expected_tree(minors: range | tuple[int, ...] = range(8), *, smi: bool = Tru
         f"{drv}/dev/nvidia-caps", f"{drv}/dev/nvidia-caps/nvidia-cap1",
         f"{drv}/dev/nvidia-caps/nvidia-cap2", f"{drv}/usr", f"{drv}/usr/lib64",
         f"{drv}/usr/lib64/libnvidia-ml.so.{DRIVER}", f"{drv}/usr/lib64/libnvidia-ml.so.1",
-        f"{drv}/usr/lib64/libnvidia-ml.so", f"{drv}/proc", f"{drv}/proc/driver",
+        f"{drv}/usr/lib64/libnvidia-ml.so", f"{drv}/usr/lib64/libcuda.so.{DRIVER}",
+        f"{drv}/usr/lib64/libcuda.so.1", f"{drv}/usr/lib64/libcuda.so",
+        f"{drv}/proc", f"{drv}/proc/driver",
         f"{drv}/proc/driver/nvidia", f"{drv}/proc/driver/nvidia/version",
         f"{drv}/proc/driver/nvidia/params", f"{drv}/proc/driver/nvidia/capabilities",
         f"{drv}/proc/driver/nvidia/capabilities/mig",

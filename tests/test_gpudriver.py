@@ -8,6 +8,7 @@ import importlib
 import logging
 import os
 import platform
+import re
 import stat
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from mokka.simulators.gpudriver import OWNERS, PLUGIN, GpuDriverSettings, GpuDri
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.simulators.gpudriver.procfs import render_version
 from tests.gpudriver_support import (
+    CUDA_BYTES,
     DRIVER,
     LIB_BYTES,
     SMI_BYTES,
@@ -78,6 +80,10 @@ async def test_stage_on_empty_root_gives_exactly_the_documented_tree(
     assert tree[f"{lib}/libnvidia-ml.so.1"] == ("link", f"libnvidia-ml.so.{DRIVER}")
     assert tree[f"{lib}/libnvidia-ml.so"] == ("link", "libnvidia-ml.so.1")
     assert (node_root / lib / "libnvidia-ml.so").read_bytes() == LIB_BYTES
+    assert tree[f"{lib}/libcuda.so.{DRIVER}"] == ("file", 0o755, CUDA_BYTES)
+    assert tree[f"{lib}/libcuda.so.1"] == ("link", f"libcuda.so.{DRIVER}")
+    assert tree[f"{lib}/libcuda.so"] == ("link", "libcuda.so.1")
+    assert (node_root / lib / "libcuda.so").read_bytes() == CUDA_BYTES
     assert tree[f"{drv}/usr/bin/nvidia-smi"] == ("file", 0o755, SMI_BYTES)
 
     proc = f"{drv}/proc/driver/nvidia"
@@ -202,11 +208,15 @@ async def test_a_new_driver_version_replaces_the_versioned_library(
     await sim.stage(host, make_state(2, driver="595.91.07"))
     lib = node_root / "var/lib/nvml-mock/driver/usr/lib64"
     assert sorted(p.name for p in lib.iterdir()) == [
+        "libcuda.so",
+        "libcuda.so.1",
+        "libcuda.so.595.91.07",
         "libnvidia-ml.so",
         "libnvidia-ml.so.1",
         "libnvidia-ml.so.595.91.07",
     ]
     assert os.readlink(lib / "libnvidia-ml.so.1") == "libnvidia-ml.so.595.91.07"
+    assert os.readlink(lib / "libcuda.so.1") == "libcuda.so.595.91.07"
     assert (node_root / "var/lib/nvml-mock/sys/module/nvidia/version").read_text() == "595.91.07\n"
     await teardown(sim, host)
     assert snapshot(node_root) == {}
@@ -230,6 +240,31 @@ async def test_stage_without_the_built_library_fails_as_not_built(
     # Nothing was half-staged: the failure is found before any write.
     assert snapshot(node_root) == {}
     await sim.discard(host)
+    assert snapshot(node_root) == {}
+
+
+async def test_without_the_built_cuda_stub_the_rest_is_staged_and_not_ready(
+    host: Host, node_root: Path, native: Path, settings: GpuDriverSettings
+) -> None:
+    # NVML clients need no libcuda: a missing stub is a readiness reason, not
+    # a stage failure; once built, the next pass stages it.
+    stub = native / "libcuda.so.1"
+    stub.unlink()
+    sim = GpuDriverSimulator(settings=settings, can_mount=False)
+    await sim.stage(host, make_state())
+    await sim.apply(host, make_state())
+    lib = "var/lib/nvml-mock/driver/usr/lib64"
+    assert node_paths(node_root) == expected_tree() - {
+        f"{lib}/libcuda.so.{DRIVER}", f"{lib}/libcuda.so.1", f"{lib}/libcuda.so"
+    } | {"run", "run/nvidia", "run/nvidia/driver"}
+    assert not sim.readiness.ready
+    assert re.fullmatch(r"CUDA stub not staged: native artifact 'libcuda\.so\.1' not built.*",
+                        sim.readiness.reason)
+    stub.write_bytes(CUDA_BYTES)
+    await sim.stage(host, make_state())
+    assert (node_root / lib / "libcuda.so").read_bytes() == CUDA_BYTES
+    assert sim.readiness.ready, sim.readiness.reason
+    await teardown(sim, host)
     assert snapshot(node_root) == {}
 
 

@@ -45,6 +45,8 @@ NATIVE_FILES = {
     "mokka/_native/libnvidia-ml.so.1",
     "mokka/_native/libmockfs.so",
     "mokka/_native/libibshim.so",
+    "mokka/_native/libumadshim.so",
+    "mokka/_native/libcuda.so.1",
     "mokka/_native/nvidia-smi",
     "mokka/_native/nvml-coverage.json",
 }

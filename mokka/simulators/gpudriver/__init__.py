@@ -9,7 +9,9 @@ owner                  what it converges
 =====================  =====================================================
 ``gpudriver-dev``      ``dev/nvidia<minor>``, ``nvidiactl``, ``nvidia-modeset``,
                        ``nvidia-uvm``, ``nvidia-uvm-tools``, ``nvidia-caps/*``
-``gpudriver-lib``      ``usr/lib64/libnvidia-ml.so.<driver>`` and its links
+``gpudriver-lib``      ``usr/lib64/libnvidia-ml.so.<driver>``,
+                       ``usr/lib64/libcuda.so.<driver>`` (a stub reporting
+                       no device) and their links
 ``gpudriver-smi``      ``usr/bin/nvidia-smi`` (real, fallback, or none)
 ``gpudriver-proc``     ``proc/driver/nvidia/*``, ``sys/module/nvidia/version``
 ``gpudriver-config``   ``config/config.yaml``, the engine config, and
@@ -40,7 +42,7 @@ import logging
 import attrs
 import trio
 
-from mokka import layout
+from mokka import layout, native
 from mokka.errors import NativeArtifactMissing, PassSuperseded, StageError
 from mokka.faults import owner_line
 from mokka.host import Artifact, ConvergeReport, Directory, File, Host
@@ -50,6 +52,7 @@ from mokka.simulators.gpudriver import publish as publishing
 from mokka.simulators.gpudriver.binaries import (
     SmiChoice,
     choose_nvidia_smi,
+    cuda_artifacts,
     library_artifacts,
     smi_artifacts,
 )
@@ -80,14 +83,18 @@ class _Plan:
     batches: dict[str, list[Artifact]]
     #: which nvidia-smi was chosen, kept for readiness and the stage log line
     smi: SmiChoice
+    #: why the CUDA stub is not staged (not built), or None when it is
+    cuda_missing: str | None = None
 
 
 def _plan_on(
     host: Host, state: State, settings: GpuDriverSettings, blocks: DeviceBlocks | None = None
 ) -> _Plan:
     """``_plan``, noting that which ``nvidia-smi`` it stages depends on the machine's own
-    files (``Host.depends_on``): one installed later is staged at the next resync."""
-    for path in (settings.nvidia_smi_binary, settings.installed_nvidia_smi):
+    files (``Host.depends_on``): one installed later is staged at the next resync, and
+    so is a CUDA stub built later."""
+    for path in (settings.nvidia_smi_binary, settings.installed_nvidia_smi,
+                 native.native_dir() / native.CUDA_LIBRARY):
         host.depends_on(path)
     return _plan(state, settings, blocks)
 
@@ -104,6 +111,12 @@ def _plan(
     the GPUs' rendered engine config lines from the last plan (``DeviceBlocks``).
     """
     smi = choose_nvidia_smi(settings.nvidia_smi_binary, settings.installed_nvidia_smi)
+    libraries = library_artifacts(state.system.driver_version)
+    cuda_missing = None
+    try:
+        libraries += cuda_artifacts(state.system.driver_version)
+    except NativeArtifactMissing as exc:
+        cuda_missing = f"CUDA stub not staged: {exc}"
     config: list[Artifact] = [
         # Explicit, so it stays a real directory even if it ends up empty of
         # our files: CDI bind-mounts it whole and override renames inside it
@@ -114,12 +127,13 @@ def _plan(
     return _Plan(
         batches={
             "gpudriver-dev": device_artifacts(state, settings),
-            "gpudriver-lib": library_artifacts(state.system.driver_version),
+            "gpudriver-lib": libraries,
             "gpudriver-smi": smi_artifacts(smi),
             "gpudriver-proc": procfs_artifacts(state),
             CONFIG_OWNER: config,
         },
         smi=smi,
+        cuda_missing=cuda_missing,
     )
 
 
@@ -175,6 +189,7 @@ class GpuDriverSimulator:
     _staged: bool = attrs.field(default=False, init=False)
     _degraded: tuple[str, ...] = attrs.field(default=(), init=False)
     _smi: SmiChoice | None = attrs.field(default=None, init=False)
+    _cuda_missing: str | None = attrs.field(default=None, init=False)
     _published: str | None = attrs.field(default=None, init=False)
     _apply_error: str | None = attrs.field(default=None, init=False)
     _summary: str = attrs.field(default="", init=False)
@@ -203,16 +218,18 @@ class GpuDriverSimulator:
         self._stage_error = None
         self._staged = True
         self._smi = plan.smi
+        self._cuda_missing = plan.cuda_missing
         self._degraded = tuple(d for r in reports.values() for d in r.degraded)
         self._summary = f"driver {state.system.driver_version}, {len(state.gpus)} GPU(s)"
         changed = {owner: r for owner, r in reports.items() if r.changed}
         # Every pass stages; only a pass that changed the node is worth INFO.
         logger.log(
             logging.INFO if changed else logging.DEBUG,
-            "gpudriver staged generation %d: %s; %s; changed batches: %s",
+            "gpudriver staged generation %d: %s; %s; %s; changed batches: %s",
             state.generation,
             self._summary,
             plan.smi.detail,
+            plan.cuda_missing or "CUDA stub staged",
             ", ".join(
                 f"{o} (+{len(r.created)} ~{len(r.updated)} -{len(r.removed)})"
                 for o, r in changed.items()
@@ -229,6 +246,7 @@ class GpuDriverSimulator:
         self._staged = False
         self._degraded = ()
         self._smi = None
+        self._cuda_missing = None
         logger.info("gpudriver discarded the driver tree")
 
     @property
@@ -242,6 +260,8 @@ class GpuDriverSimulator:
             return Readiness.not_ready("; ".join(self._degraded))
         if self._smi is not None and self._smi.source is None:
             return Readiness.not_ready(self._smi.detail)
+        if self._cuda_missing is not None:
+            return Readiness.not_ready(self._cuda_missing)
         if self._published is None:
             return Readiness.not_ready(
                 self._apply_error or f"driver tree not published at {layout.RUN_DRIVER}"

@@ -1,4 +1,4 @@
-"""The mock NVML library and ``nvidia-smi`` in the driver tree (SURFACES §3, §4).
+"""The mock NVML library, the CUDA stub and ``nvidia-smi`` in the driver tree (SURFACES §3, §4).
 
 Both are copied from files outside the node root (the native build, the
 image), so this module only *plans* the copies: it decides which source to
@@ -16,6 +16,14 @@ Consumers reach it by all three names: nvidia-smi and pynvml ``dlopen``
 container toolkit globs ``libnvidia-ml.so.*`` to learn the driver version.
 Links are relative so they resolve inside a container that mounts only the
 driver root, and through ``/run/nvidia/driver``.
+
+``libcuda`` is laid out the same way (``libcuda.so.<driver_version>``, then
+``libcuda.so.1`` and ``libcuda.so``).  It is a stub that reports no CUDA
+device (``native/libcuda``): Mokka simulates no compute, but the tools that
+write CDI specs from a driver root (the container toolkit's ``nvcdi``, which
+``nvidia-ctk cdi generate`` and the device plugin's ``cdi-*`` strategies
+use) require ``libcuda.so.<driver_version>`` there, as a real driver root
+has it.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from mokka.host import Artifact, CopyOf, Symlink
 
 #: The SONAME every consumer loads.
 NVML_SONAME = "libnvidia-ml.so.1"
+#: The CUDA driver's SONAME.
+CUDA_SONAME = "libcuda.so.1"
 #: Where nvidia-smi goes: the GPU Operator validator runs exactly this path.
 NVIDIA_SMI = f"{layout.DRIVER_BIN}/nvidia-smi"
 #: Shared objects and executables: readable and executable by everyone.
@@ -50,6 +60,25 @@ def library_artifacts(driver_version: str) -> list[Artifact]:
         CopyOf(f"{lib}/{versioned}", source, EXEC_MODE),
         Symlink(f"{lib}/{NVML_SONAME}", versioned),
         Symlink(f"{lib}/libnvidia-ml.so", NVML_SONAME),
+    ]
+
+
+def cuda_artifacts(driver_version: str) -> list[Artifact]:
+    """The CUDA stub and its two links, for ``driver_version``.
+
+    Raises ``NativeArtifactMissing`` while the stub is not built.  Unlike a
+    missing NVML library that is no stage failure (every NVML client works
+    without it; only CDI spec generation needs it): the simulator stages the
+    rest and reports itself not ready with the reason, as for a missing
+    ``nvidia-smi``.
+    """
+    source = native.artifact(native.CUDA_LIBRARY)
+    versioned = f"libcuda.so.{driver_version}"
+    lib = layout.DRIVER_LIB
+    return [
+        CopyOf(f"{lib}/{versioned}", source, EXEC_MODE),
+        Symlink(f"{lib}/{CUDA_SONAME}", versioned),
+        Symlink(f"{lib}/libcuda.so", CUDA_SONAME),
     ]
 
 
