@@ -6,11 +6,14 @@ that gives it the node's PCI tree (``tests/kubelet_support.py``), and
 registers with a test kubelet.  It must see what it sees on a real node: the
 GPUs ``nvidia-smi -L`` lists, their NUMA nodes, allocations for exactly the
 requested GPUs, and a GPU turning Unhealthy when ``mokka ctl`` injects a
-critical Xid.  One daemon, kubelet and plugin serve the whole module; the
-tests run in file order.  The health test runs before the first SIGHUP (which
-switches the plugin's strategy and restarts its servers): the mock library
-hands each Xid to one event set per process, and the stopped health loop's
-set keeps waiting for up to 5 s after a restart (docs/consumers.md).
+critical Xid, or falls off the bus, also after a SIGHUP (which switches the
+plugin's strategy and restarts its servers and its health loop, while the
+stopped loop's event set keeps waiting for up to 5 s: each set gets its own
+copy of a Xid, as from NVML).  One daemon, kubelet and plugin serve the whole
+module; the tests run in file order.  The plugin runs with
+``MOCK_NVML_DEBUG=1``: the library's line for each event registration tells
+when a health loop records Xids (the plugin logs nothing then), and a Xid
+raised before that is, as on a real node, not the loop's to see.
 """
 
 from __future__ import annotations
@@ -83,7 +86,14 @@ class Node:
             error.add_note("plugin log:\n" + "\n".join(self.plugin.lines[reloaded:]))
             raise
         self.registration.wait_updates(1)
+        self.wait_for_health_loop(after=reloaded)
         return self.registration
+
+    def wait_for_health_loop(self, *, after: int) -> None:
+        """Until a health loop started after log line ``after`` records the Xids of
+        every GPU (the mock library's debug line for each registration)."""
+        for pos in range(len(self.uuids)):
+            self.plugin.wait_for_line(f"records the Xids of device {pos} from", after=after)
 
     def allocate(self, registration: Registration, *indices: int):
         pb2 = self.kubelet.pb2
@@ -159,11 +169,14 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         config = base / "plugin-config.json"
         write_config(config, deviceListStrategy=["envvar"], passDeviceSpecs=True)
         plugin = start_plugin(node_root=root, var_lib=var_lib, run=run, config=config,
-                              env=daemon_env())
+                              env={**daemon_env(), "MOCK_NVML_DEBUG": "1"})
         registration = kubelet.next_registration()
         registration.wait_updates(1)
-        yield Node(base, root, compile_profile("h100", node_name=NODE_NAME), daemon, kubelet,
-                   plugin, config, smi_uuids(root / "run/nvidia/driver"), registration)
+        started = Node(base, root, compile_profile("h100", node_name=NODE_NAME), daemon,
+                       kubelet, plugin, config, smi_uuids(root / "run/nvidia/driver"),
+                       registration)
+        started.wait_for_health_loop(after=0)
+        yield started
     finally:
         if plugin is not None:
             plugin.stop()
@@ -247,8 +260,7 @@ def test_critical_xids_mark_exactly_that_gpu_unhealthy(node: Node):
     node.plugin.wait_for_line("EventData:13", after=skipped)
     expected: set[str] = set()
     latencies = []
-    # A GPU that falls off the bus logs Xid 79 (NVML delivers that event);
-    # the failure mode alone fails its calls, which the health loop never makes.
+    # A failure with a Xid of its own raises exactly that one (one list).
     for gpu, ctl_args in [
         (3, ["xid", "--gpu", "3", "--code", "79"]),
         (1, ["xid", "--gpu", "1", "--code", "48"]),
@@ -289,15 +301,35 @@ def test_allocate_volume_mounts(node: Node):
     assert (list(response.devices), dict(response.annotations)) == ([], {})
 
 
-class DriverRootLacksLibcuda(AssertionError):
-    """The plugin's CDI spec generation found no ``libcuda.so.<driver version>``."""
+def test_health_after_a_restart(node: Node):
+    # Restarted by SIGHUP: the stopped health loop's event set is still
+    # waiting when the Xid comes, and must not take it from the new loop's.
+    registration = node.reconfigure(deviceListStrategy=["envvar"], passDeviceSpecs=True)
+    seen = len(registration.wait_updates(1))
+    assert unhealthy(registration.updates[0]) == set()
+    skipped = len(node.plugin.lines)
+    expected: set[str] = set()
+    for gpu, ctl_args in [
+        (3, ["xid", "--gpu", "3", "--code", "79"]),
+        # A GPU that falls off the bus raises Xid 79 by itself, as on a real node.
+        (6, ["fail", "--gpu", "6", "--mode", "fallen_off_bus"]),
+    ]:
+        node.ctl(*ctl_args)
+        try:
+            updates = registration.wait_updates(seen + 1, HEALTH_DEADLINE)
+        except AssertionError as error:
+            error.add_note("plugin log:\n" + "\n".join(node.plugin.lines[skipped:]))
+            raise
+        seen += 1
+        expected.add(node.uuids[gpu])
+        assert len(updates) == seen, f"one list per critical Xid, got {len(updates) - seen} more"
+        assert unhealthy(updates[-1]) == expected
+    node.plugin.wait_for_line("Xid=79 on Device=" + node.uuids[6], after=skipped)
+    # Healed before the next plugin start (see the health test above).
+    node.ctl("reset")
+    node.wait_for_engine_config(lambda text: "fallen_off_bus" not in text)
 
 
-@pytest.mark.xfail(
-    raises=DriverRootLacksLibcuda, strict=True,
-    reason="the staged driver root has no libcuda.so.<driver version>, which the plugin's "
-    "CDI spec generation (nvidia-container-toolkit's nvcdi) requires",
-)
 def test_allocate_cdi_annotations(node: Node):
     # Its own plugin and kubelet: a plugin that cannot generate its spec exits,
     # and the module's plugin must live on for the health test.
@@ -312,13 +344,9 @@ def test_allocate_cdi_annotations(node: Node):
     plugin = start_plugin(node_root=node.root, var_lib=base / "var-lib", run=run,
                           config=config, env=daemon_env())
     try:
-        try:
-            # Ends at once, failing, when the plugin exits instead.
-            plugin.wait_for_line("Registered device plugin for 'nvidia.com/gpu'")
-        except AssertionError:
-            if any("failed to locate libcuda.so" in line for line in plugin.lines):
-                raise DriverRootLacksLibcuda("\n".join(plugin.lines[-3:])) from None
-            raise
+        # Ends at once, failing, when the plugin exits instead (as it did
+        # before the driver root had libcuda.so.<driver version>).
+        plugin.wait_for_line("Registered device plugin for 'nvidia.com/gpu'")
         registration = kubelet.next_registration()
         response = node.allocate(registration, *REQUESTED)
     finally:

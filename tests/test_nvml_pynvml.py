@@ -234,27 +234,23 @@ def test_fabric_completes_through_a_copy_of_the_driver_root_alone(native: Path, 
     assert fabric["state"] == 3
 
 
-def test_event_wait_blocks_for_its_timeout_and_delivers_each_xid_once(native: Path, tmp_path: Path):
+def test_event_wait_blocks_for_its_timeout_and_records_only_later_xids(native: Path,
+                                                                      tmp_path: Path):
     idle = write_config(tmp_path / "idle", state_of("h100"))
     waits = probe(native, idle, "events", "100", "2")["waits"]
     assert [w["error"] for w in waits] == [TIMEOUT, TIMEOUT]
     # A real clock: the library must actually block (the device plugin spins otherwise).
     assert all(w["elapsed"] >= 0.095 for w in waits)
 
+    # Xids listed before the set registered happened before it: as in NVML, not
+    # recorded (tests/test_nvml_events.py: later ones, a copy to each set).
     state = attrs.evolve(
         state_of("h100"),
         xids=(Xid(id="x-79-a", gpu_index=3, code=79), Xid(id="x-48-b", gpu_index=5, code=48)),
     )
     config = write_config(tmp_path / "xid", state)
-    waits = probe(native, config, "events", "100", "3")["waits"]
-    assert [(w.get("gpu"), w.get("xid"), w.get("event_type")) for w in waits[:2]] == [
-        (3, 79, 8),
-        (5, 48, 8),
-    ]
-    assert waits[2]["error"] == TIMEOUT  # each Xid exactly once
-    # A new process delivers them again: "once" is per process.
-    again = probe(native, config, "events", "0", "1")["waits"]
-    assert again[0]["xid"] == 79
+    waits = probe(native, config, "events", "0", "1")["waits"]
+    assert waits[0]["error"] == TIMEOUT
 
 
 def test_lost_gpu_fails_guarded_calls_after_n_calls(native: Path, tmp_path: Path):

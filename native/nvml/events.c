@@ -2,10 +2,30 @@
  * Event sets and Xid delivery.
  *
  * Injected Xids are listed in the engine config (`xid.<i>.id`, `.gpu`,
- * `.code`).  nvmlEventSetWait hands each one out exactly once per process,
- * to a set registered for XID_CRITICAL_ERROR on that device: the ids
- * already delivered are remembered process-wide, so a Xid survives config
- * re-reads and re-initialization without repeating.
+ * `.code`).  As in NVML, every event set registered for XID_CRITICAL_ERROR
+ * on a device gets its own copy of each Xid on that device that happens
+ * after the registration; one that happened before is not recorded
+ * (nvml.h, nvmlDeviceRegisterEvents).  A program that restarts its health
+ * loop depends on that: the old loop's set, still inside its wait, must not
+ * take the Xid from the new loop's.
+ *
+ * The config says which Xids exist, not when they happened, so each set
+ * remembers the ones it has accounted for: at registration, every Xid then
+ * listed for the device (they happened before); at a wait, each one it
+ * delivers.  Any other listed Xid is new to the set: delivered to it once,
+ * whatever other sets did with it, and across config re-reads and
+ * re-initialization.  A set keeps a 64-bit hash of each (device, id),
+ * sorted, and forgets the ones the config no longer lists (a reset), so its
+ * memory follows the Xids listed now and never exceeds XID_SEEN_MAX of
+ * them: past that, a new Xid is dropped, as a full event queue drops it.
+ *
+ * A GPU that falls off the bus logs Xid 79 on a real node.  A device whose
+ * failure mode is `fallen_off_bus` with no Xid of its own (`failure.xid`)
+ * raises that Xid 79 here once its failure is active in this process
+ * (failure.c: at once, or when its trigger trips), so a health loop that
+ * only waits for events sees the GPU go; the fall is identified by its
+ * failure spec, so a set hears of it once, and a set registered after it
+ * does not.
  *
  * The wait really blocks for its timeout when nothing is pending.  The
  * device plugin's health loop calls it with 5000 ms in a tight loop; an
@@ -24,28 +44,140 @@
 #include "mock.h"
 
 #define EVENT_SET_MAGIC 0x45564e54u /* "EVNT" */
-#define XID_ID_MAX 128
+/* Most Xids one set accounts for (16 bytes each): far above what a node
+ * lists, small enough that a damaged config cannot grow a set without bound. */
+#define XID_SEEN_MAX 4096
 /* Longest single sleep inside a wait; bounds Xid delivery latency. */
 #define WAIT_SLICE_NS 50000000ULL
+/* The Xid a GPU that falls off the bus logs. */
+#define XID_FALLEN_OFF_BUS 79
 
 static const unsigned long long SUPPORTED_EVENTS =
     nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypePState |
     nvmlEventTypeXidCriticalError | nvmlEventTypeClock;
 
-struct nvmlEventSet_st {
-    unsigned magic;
-    pthread_mutex_t lock; /* guards mask */
-    unsigned long long mask[MOCK_MAX_DEVICES];
+struct xid_seen {
+    unsigned long long key; /* xid_key: the device and the Xid's id */
+    int listed;             /* the snapshot being scanned lists it */
 };
 
-/* Ids of the Xids this process has delivered (grows; a few per test). */
-static pthread_mutex_t g_xid_lock = PTHREAD_MUTEX_INITIALIZER;
-static char (*g_delivered)[XID_ID_MAX];
-static size_t g_delivered_count, g_delivered_capacity;
+struct nvmlEventSet_st {
+    unsigned magic;
+    pthread_mutex_t lock; /* guards everything below */
+    unsigned long long mask[MOCK_MAX_DEVICES];
+    struct xid_seen *seen; /* sorted by key */
+    size_t seen_count, seen_capacity;
+};
+
+/* One Xid of a snapshot, on a device this process sees. */
+struct xid_event {
+    unsigned pos;
+    unsigned long long key, code;
+};
 
 static int set_valid(nvmlEventSet_t set)
 {
     return set != NULL && set->magic == EVENT_SET_MAGIC;
+}
+
+/* FNV-1a over the device, a tag and the Xid's identity: equal Xids, equal
+ * keys, and a listed id never meets a fall's key. */
+static unsigned long long xid_key(unsigned pos, char tag, const void *id, size_t len)
+{
+    unsigned long long h = 0xcbf29ce484222325ULL;
+    const unsigned char *bytes[] = {(const unsigned char *)&pos, (const unsigned char *)&tag, id};
+    const size_t lens[] = {sizeof pos, 1, len};
+    for (size_t part = 0; part < MOCK_COUNT(lens); part++)
+        for (size_t i = 0; i < lens[part]; i++)
+            h = (h ^ bytes[part][i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Entries 0..count-1 of xid_event: the config's listed Xids, then one slot
+ * per device for a fall off the bus. */
+static unsigned xid_slots(const struct mock_config *cfg, unsigned *listed)
+{
+    *listed = 0;
+    mock_cfg_list_len(cfg, "xid_count", "xid.", listed);
+    return *listed + cfg->device_count;
+}
+
+/* Slot `i`: 1 and *out when it holds a Xid on a device this process sees. */
+static int xid_event(const struct mock_config *cfg, unsigned listed, unsigned i,
+                     struct xid_event *out)
+{
+    if (i >= listed) {
+        unsigned pos = i - listed;
+        unsigned long long spec;
+        if (pos >= MOCK_MAX_DEVICES || !mock_failure_fell_off(cfg, pos, &spec))
+            return 0;
+        *out = (struct xid_event){pos, xid_key(pos, 'f', &spec, sizeof spec), XID_FALLEN_OFF_BUS};
+        return 1;
+    }
+    char key[64];
+    unsigned long long gpu, code;
+    snprintf(key, sizeof key, "xid.%u.id", i);
+    const char *id = mock_cfg_get(cfg, key);
+    snprintf(key, sizeof key, "xid.%u.gpu", i);
+    int has_gpu = mock_cfg_u64(cfg, key, &gpu);
+    snprintf(key, sizeof key, "xid.%u.code", i);
+    if (id == NULL || !has_gpu || !mock_cfg_u64(cfg, key, &code))
+        return 0;
+    if (gpu >= cfg->device_count || gpu >= MOCK_MAX_DEVICES || cfg->ordinal[gpu] < 0)
+        return 0; /* a GPU this process cannot see */
+    *out = (struct xid_event){(unsigned)gpu, xid_key((unsigned)gpu, 'x', id, strlen(id)), code};
+    return 1;
+}
+
+/* Called with set->lock held: where `key` is in set->seen, or where it would go. */
+static size_t seen_find(nvmlEventSet_t set, unsigned long long key, int *found)
+{
+    size_t lo = 0, hi = set->seen_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (set->seen[mid].key < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < set->seen_count && set->seen[lo].key == key;
+    return lo;
+}
+
+/* Called with set->lock held.  Returns 0 when the set is full or out of memory. */
+static int seen_add(nvmlEventSet_t set, unsigned long long key)
+{
+    int found;
+    size_t at = seen_find(set, key, &found);
+    if (found) {
+        set->seen[at].listed = 1;
+        return 1;
+    }
+    if (set->seen_count >= XID_SEEN_MAX)
+        return 0;
+    if (set->seen_count == set->seen_capacity) {
+        size_t capacity = set->seen_capacity ? 2 * set->seen_capacity : 16;
+        void *grown = realloc(set->seen, capacity * sizeof *set->seen);
+        if (grown == NULL)
+            return 0;
+        set->seen = grown;
+        set->seen_capacity = capacity;
+    }
+    memmove(&set->seen[at + 1], &set->seen[at], (set->seen_count - at) * sizeof *set->seen);
+    set->seen[at] = (struct xid_seen){key, 1};
+    set->seen_count++;
+    return 1;
+}
+
+/* Called with set->lock held: forget the Xids the scanned snapshot no
+ * longer lists (order kept, so the array stays sorted). */
+static void seen_prune(nvmlEventSet_t set)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < set->seen_count; i++)
+        if (set->seen[i].listed)
+            set->seen[kept++] = set->seen[i];
+    set->seen_count = kept;
 }
 
 MOCK_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
@@ -70,6 +202,7 @@ MOCK_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
         return NVML_ERROR_INVALID_ARGUMENT;
     set->magic = 0;
     pthread_mutex_destroy(&set->lock);
+    free(set->seen);
     free(set);
     return NVML_SUCCESS;
 }
@@ -92,68 +225,58 @@ MOCK_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned lon
     if (r != NVML_SUCCESS)
         return r;
     pthread_mutex_lock(&set->lock);
+    if ((eventTypes & nvmlEventTypeXidCriticalError) &&
+        !(set->mask[c.pos] & nvmlEventTypeXidCriticalError)) {
+        /* Recording starts now: the device's Xids so far are accounted for. */
+        unsigned listed, slots = xid_slots(c.cfg, &listed), before = 0;
+        struct xid_event event;
+        for (unsigned i = 0; i < slots; i++)
+            if (xid_event(c.cfg, listed, i, &event) && event.pos == c.pos) {
+                seen_add(set, event.key);
+                before++;
+            }
+        /* says when recording starts: a Xid raised before this is not the set's */
+        mock_debug("event set %p records the Xids of device %u from now on (%u before)",
+                   (void *)set, c.pos, before);
+    }
     set->mask[c.pos] |= eventTypes;
     pthread_mutex_unlock(&set->lock);
     mock_end(&c);
     return r;
 }
 
-/* Called with g_xid_lock held. */
-static int already_delivered(const char *id)
-{
-    for (size_t i = 0; i < g_delivered_count; i++)
-        if (strcmp(g_delivered[i], id) == 0)
-            return 1;
-    return 0;
-}
-
-/* Called with g_xid_lock held.  Returns 0 when out of memory. */
-static int remember_delivered(const char *id)
-{
-    if (g_delivered_count == g_delivered_capacity) {
-        size_t capacity = g_delivered_capacity ? 2 * g_delivered_capacity : 16;
-        void *grown = realloc(g_delivered, capacity * sizeof *g_delivered);
-        if (grown == NULL)
-            return 0;
-        g_delivered = grown;
-        g_delivered_capacity = capacity;
-    }
-    strcpy(g_delivered[g_delivered_count++], id);
-    return 1;
-}
-
-/* Takes the first pending Xid for a device this set listens to. */
+/* Takes the first Xid of the snapshot that is new to this set, on a device
+ * it listens to, and forgets the ones the snapshot no longer lists. */
 static int take_xid(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEventData_t *out)
 {
-    unsigned count = 0;
-    mock_cfg_list_len(cfg, "xid_count", "xid.", &count);
-    int taken = 0;
+    unsigned listed, slots = xid_slots(cfg, &listed);
+    struct xid_event event, fresh;
+    int pending = 0, taken = 0;
     pthread_mutex_lock(&set->lock);
-    pthread_mutex_lock(&g_xid_lock);
-    for (unsigned i = 0; i < count && !taken; i++) {
-        char key[64];
-        unsigned long long gpu, code;
-        snprintf(key, sizeof key, "xid.%u.id", i);
-        const char *id = mock_cfg_get(cfg, key);
-        snprintf(key, sizeof key, "xid.%u.gpu", i);
-        int has_gpu = mock_cfg_u64(cfg, key, &gpu);
-        snprintf(key, sizeof key, "xid.%u.code", i);
-        if (id == NULL || strlen(id) >= XID_ID_MAX || !has_gpu || !mock_cfg_u64(cfg, key, &code))
+    for (size_t i = 0; i < set->seen_count; i++)
+        set->seen[i].listed = 0;
+    for (unsigned i = 0; i < slots; i++) {
+        if (!xid_event(cfg, listed, i, &event) ||
+            !(set->mask[event.pos] & nvmlEventTypeXidCriticalError))
             continue;
-        if (gpu >= cfg->device_count || cfg->ordinal[gpu] < 0)
-            continue; /* a GPU this process cannot see */
-        if (!(set->mask[gpu] & nvmlEventTypeXidCriticalError) || already_delivered(id))
-            continue;
-        if (!remember_delivered(id))
-            break;
-        out->device = mock_handle((unsigned)gpu);
+        int found;
+        size_t at = seen_find(set, event.key, &found);
+        if (found)
+            set->seen[at].listed = 1;
+        else if (!pending) {
+            fresh = event;
+            pending = 1;
+        }
+    }
+    seen_prune(set);
+    if (pending && seen_add(set, fresh.key)) {
+        out->device = mock_handle(fresh.pos);
         out->eventType = nvmlEventTypeXidCriticalError;
-        out->eventData = code;
+        out->eventData = fresh.code;
         out->gpuInstanceId = 0xFFFFFFFFu; /* not a MIG device */
         out->computeInstanceId = 0xFFFFFFFFu;
         taken = 1;
     }
-    pthread_mutex_unlock(&g_xid_lock);
     pthread_mutex_unlock(&set->lock);
     return taken;
 }
@@ -210,9 +333,6 @@ MOCK_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data
 
 void mock_events_cleanup(void)
 {
-    pthread_mutex_lock(&g_xid_lock);
-    free(g_delivered);
-    g_delivered = NULL;
-    g_delivered_count = g_delivered_capacity = 0;
-    pthread_mutex_unlock(&g_xid_lock);
+    /* Nothing process-wide: what a set remembers is the set's, and goes
+     * with nvmlEventSetFree. */
 }

@@ -12,6 +12,11 @@
  * runtime override can both break and heal a GPU in running processes.
  *
  * lost / fallen_off_bus: guarded calls return NVML_ERROR_GPU_IS_LOST.
+ * fallen_off_bus also raises Xid 79, as the driver logs it for such a GPU,
+ * unless the spec names a Xid of its own (failure.xid, delivered through
+ * the Xid list): events.c delivers it to each event set registered before
+ * the fall, from the moment the failure is active (mock_failure_fell_off).
+ * `lost` stands for a GPU that is gone without a word, and raises nothing.
  * ecc_uncorrectable: calls still succeed, but every guarded call after the
  * trip adds one uncorrectable (double-bit) ECC error to the counters.
  *
@@ -69,6 +74,8 @@ void mock_failure_prepare(struct mock_config *cfg)
                                mock_dev_get(cfg, pos, "failure.probability"),
                                mock_dev_get(cfg, pos, "failure.seed")};
         f->id = spec_id(words, MOCK_COUNT(words));
+        f->raises_xid = strcmp(mode, "fallen_off_bus") == 0 &&
+                        mock_dev_get(cfg, pos, "failure.xid.code") == NULL;
         f->has_after = mock_parse_u64(words[1], &f->after);
         f->has_probability = mock_dev_double(cfg, pos, "failure.probability", &f->probability);
         mock_parse_u64(words[3], &f->seed);
@@ -142,6 +149,25 @@ unsigned long long mock_failure_ecc_extra(unsigned pos)
     if (pos >= MOCK_MAX_DEVICES)
         return 0;
     return __atomic_load_n(&g_failures[pos].ecc_extra, __ATOMIC_RELAXED);
+}
+
+int mock_failure_fell_off(const struct mock_config *cfg, unsigned pos, unsigned long long *spec)
+{
+    if (pos >= MOCK_MAX_DEVICES || pos >= cfg->device_count || !cfg->failure[pos].raises_xid)
+        return 0;
+    const struct mock_failure_spec *f = &cfg->failure[pos];
+    /* No trigger: active at once, before any call trips it. */
+    int active = !f->has_after && !f->has_probability;
+    if (!active) {
+        /* tripped is read after spec: start_over clears it before it
+         * publishes the spec, so this is the trip of this spec */
+        const struct failure_state *st = &g_failures[pos];
+        active = __atomic_load_n(&st->spec, __ATOMIC_ACQUIRE) == f->id &&
+                 __atomic_load_n(&st->tripped, __ATOMIC_ACQUIRE);
+    }
+    if (active)
+        *spec = f->id;
+    return active;
 }
 
 void mock_failure_cleanup(void)

@@ -100,6 +100,7 @@ struct mock_failure_spec {
     unsigned long long after, seed;
     double probability;
     unsigned long long id;       /* identifies the spec's text: a changed spec starts over */
+    unsigned char raises_xid;    /* fallen_off_bus with no failure.xid: raises Xid 79 (events.c) */
 };
 
 /* The device fields the per-call getters read, resolved once per snapshot
@@ -513,6 +514,10 @@ static inline int mock_failure_armed(const struct mock_config *cfg, unsigned pos
 nvmlReturn_t mock_failure_check(const struct mock_config *cfg, unsigned pos);
 /* Extra uncorrectable ECC errors accumulated by `ecc_uncorrectable`. */
 unsigned long long mock_failure_ecc_extra(unsigned pos);
+/* 1 when the device fell off the bus in this process under a spec that
+ * raises its own Xid 79 (active at once, or tripped), and *spec, the spec's
+ * id, which tells this fall from a later one. */
+int mock_failure_fell_off(const struct mock_config *cfg, unsigned pos, unsigned long long *spec);
 void mock_failure_cleanup(void);
 
 /* ----------------------------------------------------------- memory.c */
