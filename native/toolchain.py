@@ -37,6 +37,18 @@ def load_target(name: str) -> ModuleType:
     return module
 
 
+def reproducible_flags() -> list[str]:
+    """Flags that keep the build's location out of what it produces.
+
+    The source tree's path (a temp copy, an sdist unpacked by pip) and the
+    compiler's working directory otherwise land in the debug info and in
+    ``__FILE__`` (assertions), so two builds of the same sources in two
+    directories would differ.  GCC applies the last matching map, so the
+    tree's, the more specific one when the build runs inside it, comes last.
+    """
+    return [f"-fdebug-prefix-map={os.getcwd()}=.", f"-ffile-prefix-map={NATIVE.parent}=."]
+
+
 def compile_into(output: Path, cc: str, args: Sequence[str], *, label: str) -> Path:
     """Run ``cc args... -o <partial>`` and rename the partial file to ``output``.
 
@@ -46,7 +58,7 @@ def compile_into(output: Path, cc: str, args: Sequence[str], *, label: str) -> P
     """
     output = Path(output)
     partial = output.with_name(f".{output.name}.partial")
-    command = [cc, *args, "-o", str(partial)]
+    command = [cc, *reproducible_flags(), *args, "-o", str(partial)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         partial.unlink(missing_ok=True)

@@ -315,7 +315,7 @@ async def test_the_images_real_nvidia_smi_is_preferred(
     assert stat.S_IMODE(staged.stat().st_mode) == 0o755
     await sim.apply(host, make_state(1))
     assert sim.readiness.ready
-    assert f"real nvidia-smi from the image's {real}" in sim.readiness.reason
+    assert f"real nvidia-smi from --nvidia-smi-binary {real}" in sim.readiness.reason
     await teardown(sim, host)
     assert snapshot(node_root) == {}
 

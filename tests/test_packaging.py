@@ -11,6 +11,7 @@ distribution, which must carry only what its own build produced.
 from __future__ import annotations
 
 import email
+import json
 import os
 import re
 import shutil
@@ -123,7 +124,9 @@ def wheel_metadata(wheel: Path, name: str) -> email.message.Message:
 
 
 def platform_tag() -> str:
-    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    """The wheel's platform: manylinux_2_34 on this machine's architecture."""
+    arch = sysconfig.get_platform().replace("-", "_").replace(".", "_").removeprefix("linux_")
+    return f"manylinux_2_34_{arch}"
 
 
 # --------------------------------------------------------------------------
@@ -159,7 +162,7 @@ def test_every_wheel_has_the_same_files(built: Built) -> None:
     assert f"mokka-{VERSION}.dist-info/licenses/LICENSE" in from_tree
 
 
-def test_the_wheel_is_tagged_for_any_python3_on_this_platform(built: Built) -> None:
+def test_the_wheel_is_tagged_for_any_python3_on_glibc_2_34(built: Built) -> None:
     expected = f"py3-none-{platform_tag()}"
     for wheel in (built.wheel_from_tree, built.wheel_from_sdist, built.pip_wheel_of_sdist):
         assert wheel.name == f"mokka-{VERSION}-{expected}.whl"
@@ -183,14 +186,15 @@ def test_pip_accepts_the_wheel_for_later_pythons(
     """
     done = run(
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-        "--python-version", python_version, "--platform", platform_tag(),
+        "--python-version", python_version,
         "--find-links", built.wheel_from_tree.parent, "--dest", tmp_path,
         f"mokka=={VERSION}",
         cwd=tmp_path,
     )  # fmt: skip
     assert [p.name for p in tmp_path.iterdir()] == [built.wheel_from_tree.name], done.stdout
-    # And packaging's tag list for CPython 3.12 on this platform includes it.
-    cp312 = set(tags.compatible_tags(python_version=(3, 12), platforms=[platform_tag()]))
+    # And packaging's tag list for CPython 3.12 on this machine (glibc 2.34 or
+    # newer: Debian bookworm has 2.36) includes it.
+    cp312 = set(tags.compatible_tags(python_version=(3, 12)))
     assert tags.Tag("py3", "none", platform_tag()) in cp312
 
 
@@ -237,6 +241,87 @@ def test_the_wheel_installs_and_loads_on_a_later_python(
     )
     done = run(vpy, "-c", probe, version, cwd=tmp_path)
     assert done.stdout.split() == ["True", VERSION, "True", "True"]
+
+
+def test_two_builds_in_two_directories_are_identical(built: Built) -> None:
+    """Reproducible: three builds (two unpacked sdists in temp directories, the
+    tree copy) give the same bytes, native libraries and timestamps included."""
+    data = built.wheel_from_tree.read_bytes()
+    assert built.wheel_from_sdist.read_bytes() == data
+    assert built.pip_wheel_of_sdist.read_bytes() == data
+    with zipfile.ZipFile(built.wheel_from_tree) as zf:
+        for info in zf.infolist():
+            assert str(built.sdist.parent.parent) not in zf.read(info).decode("latin-1"), (
+                f"{info.filename} carries the build directory's path"
+            )
+
+
+def test_auditwheel_finds_nothing_newer_than_manylinux_2_34(built: Built) -> None:
+    """The tag is what auditwheel derives from the native files' symbol versions.
+
+    The fallback ``nvidia-smi`` finds ``libnvidia-ml.so.1`` through its
+    RUNPATH: ``$ORIGIN/../lib64`` once staged in a driver tree, ``$ORIGIN`` in
+    the wheel, where the wheel's own mock library sits beside it.
+    """
+    auditwheel = Path(sys.executable).with_name("auditwheel")
+    assert auditwheel.exists(), "auditwheel is missing: install the test extras (./scripts/test)"
+    done = run(auditwheel, "show", "--json", built.wheel_from_tree, cwd=built.sdist.parent)
+    report = json.loads(done.stdout)
+    assert report["sym_tag"] == platform_tag()
+    assert report["overall_tag"] == platform_tag()
+    assert report["external_libs"] == {}
+    assert set(report["versioned_symbols"]) <= {"libc.so.6", "libm.so.6"}
+    assert "mokka/_native/libnvidia-ml.so.1" in wheel_names(built.wheel_from_tree)
+
+
+def test_the_metadata_names_the_project_and_its_classifiers(built: Built) -> None:
+    meta = wheel_metadata(built.wheel_from_tree, "METADATA")
+    source = re.search(r"^ARG SOURCE_URL=(\S+)$", (ROOT / "Containerfile").read_text(), re.M)[1]
+    urls = dict(line.split(", ", 1) for line in meta.get_all("Project-URL"))
+    assert urls["Source"] == source
+    assert all(url.startswith(source) for url in urls.values()), urls
+    chart = yaml.safe_load((ROOT / "helm" / "mokka" / "Chart.yaml").read_text())
+    assert chart["sources"] == [source]
+    assert chart["home"] == source
+    assert chart["maintainers"]
+    classifiers = meta.get_all("Classifier")
+    assert "Operating System :: POSIX :: Linux" in classifiers
+    for minor in (11, 12, 13):
+        assert f"Programming Language :: Python :: 3.{minor}" in classifiers
+    # The licence is the SPDX expression; a licence classifier beside it is refused.
+    assert not [c for c in classifiers if c.startswith("License ::")]
+
+
+def test_every_page_the_readme_links_is_in_the_sdist(built: Built) -> None:
+    prefix = f"mokka-{VERSION}/"
+    with tarfile.open(built.sdist) as tar:
+        names = {m.name.removeprefix(prefix) for m in tar.getmembers() if m.isfile()}
+    seen: set[str] = set()
+    pending = ["README.md"]
+    while pending:
+        page = pending.pop()
+        if page in seen:
+            continue
+        seen.add(page)
+        assert page in names, f"{page} is linked from the README's pages but not in the sdist"
+        if page.endswith(".md"):
+            for target in re.findall(r"\]\(([^)\s#]+)", (ROOT / page).read_text()):
+                if not re.match(r"[a-z]+:", target):
+                    pending.append(os.path.normpath(os.path.join(os.path.dirname(page), target)))
+    assert "docs/quickstart-kind.md" in seen
+    assert "helm/mokka/README.md" in seen
+
+
+def test_the_charts_readme_links_stay_inside_a_packaged_chart() -> None:
+    chart = ROOT / "helm" / "mokka"
+    for target in re.findall(r"\]\(([^)\s#]+)", (chart / "README.md").read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue
+        resolved = (chart / target).resolve()
+        assert resolved.is_relative_to(chart), (
+            f"helm/mokka/README.md links outside the chart: {target}"
+        )
+        assert resolved.exists(), target
 
 
 def test_native_files_do_not_use_the_cpython_abi(built: Built, tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def build(out_dir: Path, cc: str) -> list[Path]:
         *(str(HERE / s) for s in SOURCES),
         f"-L{out_dir}",
         f"-l:{NVML_LIBRARY}",
-        "-Wl,-rpath,$ORIGIN/../lib64",
+        "-Wl,-rpath,$ORIGIN/../lib64:$ORIGIN",
     ]
     compile_into(out_dir / BINARY, cc, args, label="native/nvidia-smi")
     print(f"native/nvidia-smi: {BINARY} linked against {NVML_LIBRARY}", file=sys.stderr)

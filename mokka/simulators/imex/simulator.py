@@ -56,6 +56,14 @@ IMEX_CTL_BIN = f"{layout.DRIVER_BIN}/{archive.IMEX_CTL}"
 #: Found relative to the shim, so it works wherever the driver root is mounted.
 SHIM = '#!/bin/sh\nexec "$(dirname "$0")/nvidia-imex.real" --nogpu "$@"\n'
 BIN_MODE = 0o755
+#: Why a node has no ``nvidia-imex`` by default, and how to give it one.  Said
+#: in the log line: Mokka (and its image) carries no IMEX binary, so a user
+#: who expects one must learn from the log where it has to come from.
+NO_BINARIES = (
+    "Mokka ships none; give it NVIDIA's IMEX archive with --imex-archive-dir "
+    "(the chart's nodeAgent.imex.binaries.image) and --imex-archive-sha256, "
+    "see docs/imex.md"
+)
 #: The overlay is read by consumers (``ALT_PROC_DEVICES_PATH``), never written.
 OVERLAY_MODE = 0o444
 CACHE_MODE = 0o644
@@ -116,7 +124,9 @@ class ImexSimulator:
             self._readiness = Readiness.not_ready(f"imex stage failed: {exc}")
             raise
         if plan.reason and plan.reason != self._logged_reason:
-            logger.warning("imex: no nvidia-imex binaries staged: %s", plan.reason)
+            logger.warning(
+                "imex: no nvidia-imex binaries staged (%s): %s", NO_BINARIES, plan.reason
+            )
         self._logged_reason = plan.reason
         summary = f"{self.settings.channel_count} channels (major {self.settings.channel_major})"
         if plan.binaries is not None:
