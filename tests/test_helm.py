@@ -148,6 +148,9 @@ def test_default_render_container(helm: Helm) -> None:
         "--restart-mode": "systemd",
         "--nri": "on",
         "--nri-socket": "/var/run/nri/nri.sock",
+        "--nri-plugin": "on",
+        "--nri-plugin-socket": "/var/run/nri/nri.sock",
+        "--nri-ambient": "off",
     }
     assert container["env"] == [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
@@ -186,7 +189,10 @@ def test_default_render_pod(helm: Helm) -> None:
     vols = volumes(docs)
     assert vols["host-root"]["hostPath"] == {"path": "/", "type": "Directory"}
     assert vols["kmsg"]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
-    assert set(vols) == {"host-root", "kmsg"}
+    # The NRI plugin's socket directory, at its node path (--nri-plugin-socket).
+    assert container_mounts["/var/run/nri"] == {"name": "nri", "mountPath": "/var/run/nri"}
+    assert vols["nri"]["hostPath"] == {"path": "/var/run/nri", "type": "DirectoryOrCreate"}
+    assert set(vols) == {"host-root", "kmsg", "nri"}
     strategy = daemonset(docs)["spec"]["updateStrategy"]
     assert strategy == {
         "type": "RollingUpdate",
@@ -313,8 +319,11 @@ def test_runtime_setup_off(helm: Helm) -> None:
     rendered = flags(docs)
     assert rendered["--container-runtime"] == "off"
     assert rendered["--nri"] == "off"
-    for absent in ("--containerd-config-dir", "--restart-mode", "--nri-socket"):
+    assert rendered["--nri-plugin"] == "off"  # no NRI, no plugin
+    for absent in ("--containerd-config-dir", "--restart-mode", "--nri-socket",
+                   "--nri-plugin-socket", "--nri-ambient"):
         assert absent not in rendered
+    assert "nri" not in volumes(docs)
     # The surge guard only applies while the runtime setup is on.
     docs = helm.template(
         VALUE_SETS["runtime-off"],
@@ -325,6 +334,17 @@ def test_runtime_setup_off(helm: Helm) -> None:
         "maxSurge": 1,
         "maxUnavailable": 0,
     }
+
+
+@pytest.mark.realclient
+def test_nri_plugin_off_keeps_containerds_nri(helm: Helm) -> None:
+    docs = helm.template(None, "nodeAgent.nri.plugin.enabled=false")
+    rendered = flags(docs)
+    assert rendered["--nri"] == "on"
+    assert rendered["--nri-plugin"] == "off"
+    assert "--nri-plugin-socket" not in rendered
+    assert "nri" not in volumes(docs)
+    assert "/var/run/nri" not in mounts(agent(docs))
 
 
 @pytest.mark.realclient
@@ -381,6 +401,10 @@ def test_everything_set(helm: Helm) -> None:
     assert rendered["--ib-mode"] == "full"
     assert rendered["--driver-publish"] == "symlink"
     assert rendered["--nri-socket"] == "/run/nri/nri.sock"
+    assert rendered["--nri-plugin-socket"] == "/run/nri/nri.sock"
+    assert rendered["--nri-ambient"] == "on"
+    assert mounts(agent(docs))["/run/nri"]["name"] == "nri"
+    assert volumes(docs)["nri"]["hostPath"] == {"path": "/run/nri", "type": "DirectoryOrCreate"}
     assert rendered["--shutdown-timeout"] == "40"
     assert pod_spec(docs)["terminationGracePeriodSeconds"] == 45
 
@@ -593,8 +617,9 @@ def test_rendered_flags_pass_the_daemon_and_simulator_validation(helm: Helm, nam
 def test_chart_defaults_are_the_daemon_defaults(helm: Helm) -> None:
     """With default values the chart asks for what the daemon does unasked.
 
-    Only the pod-specific flags differ: the node root, the node name and the
-    health address (all interfaces, for the kubelet's probes).
+    Only the pod-specific flags differ: the node root, the node name, the
+    health address (all interfaces, for the kubelet's probes) and the NRI
+    socket's path in the pod.
     """
     from mokka.cli import build_parser
 
@@ -609,7 +634,9 @@ def test_chart_defaults_are_the_daemon_defaults(helm: Helm) -> None:
         except (TypeError, ValueError):
             return str(value).lower()
 
-    pod_specific = {"--root", "--node-name", "--health-addr"}
+    # The NRI socket too: the pod mounts its directory at the node path,
+    # where the daemon alone looks under its node root.
+    pod_specific = {"--root", "--node-name", "--health-addr", "--nri-plugin-socket"}
     compared = 0
     for flag in sorted(set(flags(docs)) - pod_specific):
         dest = flag[2:].replace("-", "_")

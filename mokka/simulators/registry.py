@@ -43,6 +43,7 @@ PLUGIN_MODULES: tuple[str, ...] = (
     "mokka.simulators.kernellog",
     "mokka.simulators.ib",
     "mokka.simulators.workload",
+    "mokka.simulators.nri",
 )
 
 

@@ -239,6 +239,11 @@ port-forward` (localhost) no longer reaches it.
 {{- if $a.nri.enabled }}
 - {{ printf "--nri-socket=%s" $a.nri.socketPath | quote }}
 {{- end }}
+- {{ printf "--nri-plugin=%s" (include "mokka.onOff" (include "mokka.nriPlugin" .)) | quote }}
+{{- if include "mokka.nriPlugin" . }}
+- {{ printf "--nri-plugin-socket=%s" $a.nri.socketPath | quote }}
+- {{ printf "--nri-ambient=%s" (include "mokka.onOff" $a.nri.ambient) | quote }}
+{{- end }}
 {{- range $a.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -299,4 +304,12 @@ Refuse values that would break nodes, with a message saying what to change.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Whether the NRI plugin runs: containerd's NRI on and the plugin enabled.
+Empty when not (a string, for `if`).
+*/}}
+{{- define "mokka.nriPlugin" -}}
+{{- if and .Values.nodeAgent.nri.enabled .Values.nodeAgent.nri.plugin.enabled -}}true{{- end -}}
 {{- end }}

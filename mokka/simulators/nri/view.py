@@ -1,0 +1,83 @@
+"""The ``NodeView`` of one state: what the injection policy needs, gathered once.
+
+The GPUs with their sysfs paths come from the same plan the pcibus simulator
+stages (``plan_tree``), so a path injected is a path staged.  The optional
+overlays (the engine config socket, ``nvidia-smi``, the IMEX ``/proc/devices``,
+the topology document, the driver's ``/proc`` files) are looked up on the
+node: other simulators stage them or not by their own flags, and a mount of a
+missing source would fail the container.  Blocking (``lstat``, ``listdir``):
+run it in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from mokka import layout
+from mokka.errors import HostPathError
+from mokka.host import Host
+from mokka.simulators.gpudriver.binaries import NVIDIA_SMI, NVML_SONAME
+from mokka.simulators.gpudriver.nvml_socket import SOCKET
+from mokka.simulators.nri.inject import GpuView, NodeView
+from mokka.simulators.nri.settings import NriSettings
+from mokka.simulators.pcibus.hierarchy import plan_tree
+from mokka.state.model import State
+
+
+def plan_gpus(state: State) -> tuple[tuple[GpuView, ...], tuple[str, ...]]:
+    """The GPUs with their sysfs paths, and the NVSwitches' paths; ``SpecError`` as ``plan_tree``.
+
+    One fallback CPU: the CPU lists do not matter here, only the paths.
+    """
+    tree = plan_tree(state, fallback_cpus=1)
+    paths = {fn.bdf: fn.path for fn in tree.functions}
+    gpus = tuple(
+        GpuView(index=g.index, uuid=g.uuid, minor=g.minor, bdf=g.bus_id,
+                numa_node=g.numa_node, sysfs_path=paths[g.bus_id])
+        for g in sorted(state.gpus, key=lambda g: g.index)
+    )
+    switches = tuple(fn.path for fn in tree.by_role("nvswitch"))
+    return gpus, switches
+
+
+def build_view(state: State, host: Host, settings: NriSettings) -> NodeView:
+    """The view of ``state`` on ``host`` (blocking; see the module docstring)."""
+    gpus, switches = plan_gpus(state)
+    src = settings.source
+
+    def present(node_path: str, kind: int) -> str | None:
+        try:
+            st = os.stat(host.resolve(node_path))
+        except (OSError, HostPathError):
+            return None
+        return src(node_path) if stat.S_IFMT(st.st_mode) == kind else None
+
+    topology = present(layout.TOPOLOGY_OVERLAY, stat.S_IFREG)
+    return NodeView(
+        gpus=gpus,
+        switches=switches,
+        sys_root=src(layout.SYS_ROOT),
+        driver_roots=(src(layout.DRIVER_ROOT), src(layout.RUN_DRIVER)),
+        config_dir=src(layout.CONFIG_DIR),
+        container_config_dir=layout.CONFIG_DIR,
+        engine_config=layout.ENGINE_CONFIG,
+        nvml_socket=present(SOCKET, stat.S_IFSOCK),
+        nvml_library=present(f"{layout.DRIVER_LIB}/{NVML_SONAME}", stat.S_IFREG),
+        nvidia_smi=present(NVIDIA_SMI, stat.S_IFREG),
+        proc_driver=present(layout.DRIVER_PROC, stat.S_IFDIR),
+        imex_proc_devices=present(layout.IMEX_PROC_DEVICES, stat.S_IFREG),
+        topology=None if topology is None else (topology, layout.TOPOLOGY_OVERLAY),
+        host_pci_roots=_pci_roots(settings),
+        ambient=settings.ambient,
+        proc_mounts=settings.proc_mounts,
+    )
+
+
+def _pci_roots(settings: NriSettings) -> frozenset[str]:
+    """``pci<domain>:<bus>`` directories of the node's real ``/sys/devices``."""
+    try:
+        names = os.listdir(settings.sysfs / "devices")
+    except OSError:
+        return frozenset()
+    return frozenset(n for n in names if n.startswith("pci"))

@@ -1,0 +1,288 @@
+"""What the nri simulator injects, seen from inside containers of the real containerd.
+
+Per containerd series (2.1 and 1.7): a Mokka h100 node staged as in
+``tests/test_nri_containerd.py``, the test's own containerd in a private
+mount namespace (where the node's ``/var/lib/nvml-mock`` sits at its node
+path), and ``NriSimulator`` in a process of its own
+(``tests.nri_daemon_support``) on the namespace's NRI socket.  crictl
+creates the containers, runc runs them; the assertions are on what the
+containers print.
+
+This VM refuses ``oom_score_adj=-998``, which CRI gives every pod sandbox:
+the main config sets ``restrict_oom_score_adj = true``
+(``tests.containerd_support.main_config``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from mokka.state.compile import compile_profile
+from tests.containerd_support import (
+    IMAGE,
+    Containerd,
+    _sections,
+    build_image,
+    cleanup_node,
+    real_components,
+    seed_node,
+    stage_node,
+)
+from tests.containerd_support import Container as ContainerResult
+from tests.gpudriver_support import toolkit_binary
+from tests.nri_support import PluginProcess
+
+pytestmark = pytest.mark.timeout(300)
+
+STATE = compile_profile("h100", node_name="node-a", generation=1)
+GPU0, GPU1 = STATE.gpu(0), STATE.gpu(1)
+BUS = "/sys/bus/pci/devices"
+SCRIPT = (
+    f"echo == class; cat {BUS}/{GPU1.bus_id}/class 2>&1;"
+    f" echo == numa; cat {BUS}/{GPU1.bus_id}/numa_node 2>&1;"
+    f" echo == bus; ls {BUS};"
+    " echo == config; echo $MOCK_NVML_CONFIG;"
+    " echo == smi; nvidia-smi -L 2>&1; true"
+)
+
+
+#: Vendor of the spec ``nvidia-ctk cdi generate`` writes here: Mokka's own
+#: spec has ``nvidia.com``, and two specs may not define one device.
+TOOLKIT_VENDOR = "toolkit.nvidia.com"
+
+
+def generate_toolkit_spec(root: Path) -> None:
+    """The real ``nvidia-ctk cdi generate`` on the node's driver root, into its CDI directory."""
+    driver_root = root / "var/lib/nvml-mock/driver"
+    done = subprocess.run(
+        [str(toolkit_binary("nvidia-ctk")), "cdi", "generate", "--driver-root", str(driver_root),
+         "--nvidia-cdi-hook-path", str(toolkit_binary("nvidia-cdi-hook")),
+         "--vendor", TOOLKIT_VENDOR, "--output", str(root / "var/run/cdi/toolkit.yaml")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@attrs.define(eq=False)
+class DaemonProcess(PluginProcess):
+    """``python -m tests.nri_daemon_support`` instead of the bare plugin."""
+
+    def start(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-u", "-m", "tests.nri_daemon_support",
+                 str(self.socket), *self.args],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+
+
+@attrs.define
+class Node:
+    containerd: Containerd
+    daemon: DaemonProcess
+    pod: str = ""
+
+    def run(self, name: str, **kwargs):
+        return self.containerd.run_container(self.pod, "nri", name, SCRIPT, **kwargs)
+
+
+@pytest.fixture(scope="module", params=["2.1", "1.7"], ids=lambda v: f"containerd-{v}")
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Node]:
+    version = request.param
+    base = tmp_path_factory.mktemp(f"nri-real-{version}")
+    components = real_components(version, base)
+    root = base / "node"
+    seed_node(root, components)
+    stage_node(root, components)
+    build_image(base / "image.tar", components)
+    link = base / "nri.sock"
+    containerd = Containerd(components, base / "containerd", root)
+    generate_toolkit_spec(root)
+    node = Node(containerd, DaemonProcess(link, base / "daemon", (str(root),)))
+    try:
+        containerd.start()
+        link.symlink_to(containerd.in_namespace("/run/nri/nri.sock"))
+        containerd.ctr("images", "import", str(base / "image.tar"))
+        deadline = time.monotonic() + 30
+        while containerd.crictl("inspecti", IMAGE, check=False).returncode != 0:
+            assert time.monotonic() < deadline, containerd.tail()
+            time.sleep(0.05)
+        node.pod = containerd.run_pod("nri")
+        node.daemon.start()
+        node.daemon.wait_for("configured by containerd")
+        yield node
+    finally:
+        node.daemon.kill()
+        forced = containerd.stop()
+        cleanup_node(root)
+        assert forced == [], forced
+
+
+def test_a_cdi_request_for_gpu_1_sees_exactly_its_sysfs_entry(node: Node) -> None:
+    result = node.run("gpu1", cdi_devices=["nvidia.com/gpu=1"])
+    assert result.exit_code == 0, result
+    assert result.sections["class"] == ["0x030200"]
+    assert result.sections["numa"] == [str(GPU1.numa_node)]
+    assert result.sections["bus"] == [GPU1.bus_id]  # GPU 0's bdf is absent
+    assert GPU0.bus_id not in result.sections["bus"]
+    smi = result.sections["smi"]
+    assert any(line.startswith("GPU ") for line in smi), smi
+
+
+def test_nvidia_visible_devices_alone_gets_the_gpus_sysfs(node: Node) -> None:
+    result = node.run("nvd", env={"NVIDIA_VISIBLE_DEVICES": f"{GPU1.uuid},0"})
+    assert result.exit_code == 0, result
+    assert result.sections["bus"] == sorted([GPU0.bus_id, GPU1.bus_id])
+    assert result.sections["class"] == ["0x030200"]
+    assert result.sections["config"] == ["/var/lib/nvml-mock/driver/config/config.yaml"]
+
+
+def test_a_container_with_no_gpu_gets_nothing(node: Node) -> None:
+    result = node.run("plain")
+    assert result.exit_code == 0, result
+    assert GPU1.bus_id not in result.sections["bus"]
+    assert "No such file" in " ".join(result.sections["class"])
+    assert result.sections["config"] == [""]
+    assert not any(line.startswith("GPU ") for line in result.sections["smi"])
+
+
+def test_a_spec_nvidia_ctk_wrote_gets_working_nvml(node: Node) -> None:
+    """The toolkit's spec has no engine config; the plugin adds it (and GPU 1's sysfs)."""
+    result = node.run("toolkit", cdi_devices=[f"{TOOLKIT_VENDOR}/gpu=1"])
+    assert result.exit_code == 0, result
+    assert result.sections["bus"] == [GPU1.bus_id]
+    assert result.sections["config"] == ["/var/lib/nvml-mock/driver/config/config.yaml"]
+    smi = result.sections["smi"]
+    assert any(GPU1.uuid in line for line in smi), smi
+
+
+def test_a_config_change_reaches_nvml_in_a_running_container_within_a_second(
+    node: Node,
+) -> None:
+    """As the gpudriver simulator writes one: the new file renamed into place, the
+    change notice bumped in place; the container has the directory, so sees both."""
+    root = node.daemon.args[0]
+    config = Path(root) / "var/lib/nvml-mock/driver/config/config.yaml"
+    notice = config.with_name("generation")
+    original = config.read_bytes()
+    # GPU 1 is the container's only GPU: its index 0 there.
+    key = b"device.1.thermal.temperature_gpu_c: "
+    assert key + b"88\n" not in original
+    loop = ('i=0; while [ $i -lt 3000 ]; do t=$(nvidia-smi --query-gpu=temperature.gpu '
+            '--format=csv,noheader -i 0); echo "T $t"; [ "$t" = 88 ] && exit 0; '
+            'i=$((i+1)); done; exit 1')
+    containerd = node.containerd
+    path = containerd.base / "container-nri-follow.json"
+    path.write_text(json.dumps({
+        "metadata": {"name": "follow"}, "image": {"image": IMAGE},
+        "command": ["/bin/sh", "-c", loop], "log_path": "follow.log",
+        "CDI_devices": [{"name": f"{TOOLKIT_VENDOR}/gpu=1"}],
+    }))
+    log = containerd.base / "logs" / "nri" / "follow.log"
+    cid = containerd.crictl("create", node.pod, str(path),
+                            str(containerd.base / "pod-nri.json")).stdout.strip()
+    try:
+        containerd.crictl("start", cid)
+        wait_for_log(log, "T ")  # NVML answers from the config it has
+        changed = time.monotonic()
+        # As `mokka ctl temp` leaves it: the value, pinned (else it moves with a lag).
+        pinned = re.sub(rb"(" + re.escape(key) + rb")\d+",
+                        rb"\g<1>88\ndevice.1.pinned.thermal.temperature_gpu_c: true",
+                        original, count=1)
+        rewrite(config, notice, pinned)
+        wait_for_log(log, "T 88")
+        assert time.monotonic() - changed < 1.0, log.read_text()
+    finally:
+        rewrite(config, notice, original)
+        containerd.crictl("stop", "--timeout", "0", cid, check=False)
+        containerd.crictl("rm", cid)
+
+
+def rewrite(config: Path, notice: Path, content: bytes) -> None:
+    """The engine config replaced by rename and the change notice bumped in place."""
+    tmp = config.with_name(".config.yaml.test-tmp")
+    tmp.write_bytes(content)
+    os.chmod(tmp, config.stat().st_mode & 0o7777)
+    tmp.rename(config)
+    with notice.open("r+b") as counter:
+        value = int.from_bytes(counter.read(8), "little")
+        counter.seek(0)
+        counter.write((value + 1).to_bytes(8, "little"))
+
+
+def wait_for_log(log: Path, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and text in log.read_text(errors="replace")):
+        assert time.monotonic() < deadline, (
+            f"{text!r} not in {log}:\n" + (log.read_text()[-2000:] if log.exists() else ""))
+        time.sleep(0.01)
+
+
+def test_a_mount_of_the_driver_root_sees_every_gpu(node: Node) -> None:
+    """As the device plugin's and GFD's DaemonSets mount it (no GPU request at all)."""
+    result = run_with_mount(node, "daemonset", "/var/lib/nvml-mock/driver", "/driver-root")
+    assert result.exit_code == 0, result
+    assert result.sections["bus"] == sorted(
+        [g.bus_id for g in STATE.gpus] + [s.bdf for s in STATE.nvlink.switches])
+    assert result.sections["class"] == ["0x030200"]
+    assert result.sections["numa"] == [str(GPU1.numa_node)]
+
+
+def test_the_annotation_opts_a_container_in_to_nvidia_smi(node: Node) -> None:
+    result = node.run("ambient", annotations={"mokka.io/nri": "on"})
+    assert result.exit_code == 0, result
+    smi = result.sections["smi"]
+    assert sum(line.startswith("GPU ") for line in smi) == len(STATE.gpus), smi
+    assert GPU1.bus_id not in result.sections["bus"]  # no GPU: no sysfs entry
+
+
+def test_the_daemon_stopped_containers_still_start(node: Node) -> None:
+    assert node.daemon.stop() == 0
+    assert node.daemon.lines("nri daemon: stopped") == 1
+    try:
+        result = node.run("after-stop", cdi_devices=["nvidia.com/gpu=1"])
+        assert result.exit_code == 0, result
+        assert result.sections["bus"] != [GPU1.bus_id]  # nothing injected
+    finally:
+        node.daemon.start()
+        node.daemon.wait_for("configured by containerd", 2)
+
+
+def run_with_mount(node: Node, name: str, host_path: str, container_path: str):
+    """``Containerd.run_container`` with one CRI bind mount (which it has no argument for)."""
+    containerd = node.containerd
+    config = {
+        "metadata": {"name": name}, "image": {"image": IMAGE},
+        "command": ["/bin/sh", "-c", SCRIPT], "log_path": f"{name}.log",
+        "mounts": [{"container_path": container_path, "host_path": host_path,
+                    "readonly": True}],
+    }
+    path = containerd.base / f"container-nri-{name}.json"
+    path.write_text(json.dumps(config))
+    cid = containerd.crictl("create", node.pod, str(path),
+                            str(containerd.base / "pod-nri.json")).stdout.strip()
+    containerd.crictl("start", cid)
+    deadline = time.monotonic() + 60
+    while True:
+        status = json.loads(containerd.crictl("inspect", "-o", "json", cid).stdout)["status"]
+        if status["state"] == "CONTAINER_EXITED":
+            break
+        assert time.monotonic() < deadline, f"{name} still {status['state']}"
+        time.sleep(0.05)
+    logs = (containerd.base / "logs" / "nri" / f"{name}.log").read_text().splitlines()
+    lines = [line.split(" ", 3)[3] if line.count(" ") >= 3 else "" for line in logs]
+    containerd.crictl("rm", cid)
+    return ContainerResult(exit_code=int(status["exitCode"]), sections=_sections(lines))
