@@ -29,9 +29,10 @@ from mokka.helpformat import Formatter
 #: module: the full parser imports every command's module, and each drags in
 #: what the others never use (``mokka ctl`` would pay for the daemon's
 #: simulators and health server, ten times what ctl itself needs; the daemon
-#: for ctl's verbs).  Only ``--help``, ``--version`` and a misspelt command
-#: build the full one.  ``tests/test_startup_imports.py`` keeps this table
-#: equal to what the modules register, and checks what each command imports.
+#: for ctl's verbs).  ``--help`` lists the commands from ``COMMAND_SUMMARIES``
+#: and ``--version`` builds no parser at all: neither imports any command.
+#: ``tests/test_startup_imports.py`` keeps this table equal to what the
+#: modules register, and checks what each command imports.
 COMMAND_MODULES: dict[str, str] = {
     "daemon": "mokka.daemon.command",
     "cleanup": "mokka.daemon.command",
@@ -40,6 +41,17 @@ COMMAND_MODULES: dict[str, str] = {
 }
 #: Modules providing subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMAND_MODULES.values()))
+#: Each command's one-line summary, as its module registers it: ``mokka
+#: --help`` lists them without importing any command's module (the daemon's
+#: alone takes trio, attrs, PyYAML and every simulator, some two seconds on
+#: a cold cache, for a screen of text).  ``tests/test_cli_start.py`` keeps
+#: them equal to what the modules register.
+COMMAND_SUMMARIES: dict[str, str] = {
+    "daemon": "run the node daemon (the default command)",
+    "cleanup": "remove everything a (killed) daemon left under a node root",
+    "ctl": "change the mock GPUs at runtime (failures, Xids, metrics)",
+    "fabricmanager-ctl": "query the fabric manager stand-in (READY / NOT READY)",
+}
 #: What the command line may start with instead of a command, and still not
 #: mean ``mokka daemon``.
 _TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
@@ -82,11 +94,52 @@ class MokkaArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line_error(message)}\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, but an unknown ``--flag`` is named before any missing required one.
+
+        argparse checks the required flags before it reports what it did not
+        recognise, so ``mokka ctl temp --cels 50`` would say ``--celsius`` is
+        required, hiding the typo that caused it.  Only a parser without
+        subcommands looks (the words after a command are its parser's).
+        """
+        leaf = not any(isinstance(a, argparse._SubParsersAction) for a in self._actions)
+        if args is not None and leaf and (unknown := self.unknown_flags(args)):
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_known_args(args, namespace)
+
+    def unknown_flags(self, args: Sequence[str]) -> list[str]:
+        """The ``--long`` words of ``args`` (up to a ``--``) that are none of its flags."""
+        unknown = []
+        for arg in args:
+            if arg == "--":
+                break
+            if arg.startswith("--") and arg.split("=", 1)[0] not in self._option_string_actions:
+                unknown.append(arg.split("=", 1)[0])
+        return unknown
+
 
 def package_version() -> str:
-    """The installed distribution's version (what ``pip show mokka`` says)."""
+    """The installed distribution's version (what ``pip show mokka`` says).
+
+    Read from the first ``mokka-*.dist-info/METADATA`` on ``sys.path``, the
+    one ``importlib.metadata`` would find: importing that costs more than
+    the rest of ``mokka --version`` together (it brings ``email``,
+    ``zipfile`` and ``csv``), so it is only the fallback.
+    """
+    import os
+
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if (name.startswith("mokka-") and name.endswith(".dist-info")
+                    and (version := _metadata_version(
+                        os.path.join(entry or ".", name, "METADATA")))):
+                return version
     # imported here: ``importlib.metadata`` alone costs about as much as a
-    # whole ``mokka ctl`` call, and only ``--version`` needs it
+    # whole ``mokka ctl`` call
     import importlib.metadata
 
     try:
@@ -95,6 +148,20 @@ def package_version() -> str:
         from mokka import __version__
 
         return __version__
+
+
+def _metadata_version(path: str) -> str | None:
+    """The ``Version:`` header of a distribution's ``METADATA`` file; ``None`` without one."""
+    try:
+        with open(path, encoding="utf-8") as metadata:
+            for line in metadata:
+                if line.startswith("Version:"):
+                    return line.partition(":")[2].strip() or None
+                if not line.strip():  # the headers end at the first empty line
+                    return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 class _VersionAction(argparse._VersionAction):
@@ -118,6 +185,19 @@ def build_parser(modules: Sequence[str] = SUBCOMMAND_MODULES) -> MokkaArgumentPa
     return parser
 
 
+def help_parser() -> MokkaArgumentParser:
+    """The ``mokka`` parser for ``--help``: every command listed, none of their modules loaded.
+
+    Its help reads exactly as ``build_parser()``'s (``tests/test_cli_start.py``);
+    a command's own flags are its module's, shown by ``mokka COMMAND --help``.
+    """
+    parser = build_parser(())
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, summary in COMMAND_SUMMARIES.items():
+        subparsers.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
 def command_names(parser: argparse.ArgumentParser) -> list[str]:
     """The subcommands ``parser`` knows, in registration order."""
     for action in parser._actions:
@@ -132,10 +212,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if first is None or (first.startswith("-") and first not in _TOP_LEVEL_FLAGS):
         args_list.insert(0, "daemon")
         first = "daemon"
+    if first == "--version":
+        # answered before any parser is built: ``mokka --version`` is what a
+        # person or an install check runs first, and must be instant
+        print(f"mokka {package_version()}")
+        return 0
     if first in COMMAND_MODULES:
         parser = build_parser([COMMAND_MODULES[first]])
     elif first in _TOP_LEVEL_FLAGS:
-        parser = build_parser()
+        parser = help_parser()
     else:
         # A word where a command goes is a misspelt command, not a stray
         # argument of the default command.

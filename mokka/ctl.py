@@ -26,12 +26,21 @@ test, with nothing listening.  The daemon recompiles the engine config
 from it, and the library re-reads that at its next call (the daemon bumps a change
 counter beside the engine config).
 
+A writing verb prints one line: what it changed, on which GPU, and
+whether a daemon will apply it (``mokka.ctl_report``): the file is written
+either way, but with no daemon holding the node root (``mokka.ctl_daemon``)
+nothing acts on it until one starts, and a drill that forgot to start one
+should not pass.
+
 Exit status: 0 done; 2 the request was wrong (a bad value, an unknown
 GPU, a change the schema refuses), as for argparse's own usage errors;
 1 the node could not be read or changed (e.g. no config directory under
 the root: a wrong ``--root``, or an agent that has not staged yet; every
-verb, ``status`` too, says so alike).  A script may wait and retry on 1;
-on 2 it must change its call.
+verb, ``status`` too, says so alike); 3 the change is written but no
+daemon holds the node root (``--no-daemon-ok``, or env
+``MOKKA_CTL_NO_DAEMON_OK=1``, makes that 0: staging a change before the
+daemon starts).  A script may wait and retry on 1; on 2 it must change
+its call; on 3 it must start the daemon (the change is already there).
 
 A call imports only what its verb needs (a drill makes one per change):
 nothing of the daemon, and the ``ib-counter`` verb's module only when it
@@ -61,13 +70,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mokka import layout
+from mokka.ctl_daemon import holder_soon
 from mokka.ctl_edits import apply, build_edit, reset
 from mokka.ctl_records import already_recorded
+from mokka.ctl_report import report_line
 from mokka.ctl_status import shown, status
-from mokka.ctl_targets import parse_target
+from mokka.ctl_targets import engine_gpus, parse_target
 from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
-from mokka.helpformat import Formatter
 from mokka.noderoot import NodeRoot
 from mokka.state.checks import found
 from mokka.state.overrides import (
@@ -82,6 +92,12 @@ from mokka.state.overrides import (
 if TYPE_CHECKING:
     from mokka.host import Host
 
+#: The change is written, but no daemon holds the node root to apply it.
+EXIT_NO_DAEMON = 3
+#: Set to ``1``: the same as ``--no-daemon-ok`` on every call (a script
+#: that stages changes before it starts the daemon).
+NO_DAEMON_OK_ENV = "MOKKA_CTL_NO_DAEMON_OK"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``mokka ctl`` to the ``mokka`` command line (``mokka.cli``)."""
@@ -95,9 +111,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``mokka ctl`` as a standalone entry point (tests, scripts)."""
-    # no abbreviations, as for ``mokka``'s own parsers (``mokka.cli``)
-    parser = argparse.ArgumentParser(prog="mokka ctl", description=DESCRIPTION,
-                                     allow_abbrev=False, formatter_class=Formatter)
+    # ``mokka``'s own parser class: no abbreviations, an unknown flag named
+    # as such (``mokka.cli``)
+    from mokka.cli import MokkaArgumentParser
+
+    parser = MokkaArgumentParser(prog="mokka ctl", description=DESCRIPTION)
     add_verbs(parser)
     return run(parser.parse_args(argv))
 
@@ -121,12 +139,17 @@ def run(args: argparse.Namespace) -> int:
             # read-only and lock-free: a rename never shows a half-written file
             return status(path, args, root=node_root(args))
         root = node_root(args)
-        target = None if args.gpu is None else parse_target(args.gpu, path)
+        # whether a daemon holds the root, read while the call does its work
+        holder = None if root is None else holder_soon(root)
+        # read once: it checks the target and names its GPU in the report
+        known = None if args.gpu is None else engine_gpus(path.with_name("config.yaml"))
+        target = None if args.gpu is None else parse_target(args.gpu, path, known=known)
         if args.verb == "reset":
             change(path, root, lambda doc: reset(doc, target))
         else:
             edit = build_edit(args)
             change(path, root, lambda doc: apply(doc, target or "all", edit))
+        return reported(args, target, known, root, None if holder is None else holder())
     except (CtlError, SpecError) as exc:
         # one line per problem, each already naming the flag or the field
         problems = exc.problems if isinstance(exc, SpecError) else (str(exc),)
@@ -141,7 +164,23 @@ def run(args: argparse.Namespace) -> int:
         # written): exit 1 with the file and the reason, not a traceback.
         _error(f"{exc.filename or 'overrides file'}: {exc.strerror or exc}")
         return 1
-    return 0
+
+
+def reported(args: argparse.Namespace, target: str | None, known: dict[str, int] | None,
+             root: Path | None, holder: int | OSError | None) -> int:
+    """Print what the call changed and who applies it; 0, or ``EXIT_NO_DAEMON``.
+
+    ``holder``: ``ctl_daemon.root_holder``'s answer.  With ``--file`` there
+    is no node root to ask about: the line says so, and the call succeeds
+    (the file may be any daemon's ``--overrides``).
+    """
+    print(shown(report_line(args, target, known, root, holder)))
+    if root is None or isinstance(holder, int):
+        return 0
+    if getattr(args, "no_daemon_ok", False) or os.environ.get(NO_DAEMON_OK_ENV) == "1":
+        return 0
+    _error(f"no daemon applies this change (exit {EXIT_NO_DAEMON}; --no-daemon-ok makes it 0)")
+    return EXIT_NO_DAEMON
 
 
 def _error(problem: str) -> None:

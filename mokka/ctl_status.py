@@ -16,8 +16,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mokka import layout
 from mokka.ctl_targets import parse_target
+from mokka.errors import MokkaError
+from mokka.noderoot import NodeRoot
 from mokka.state.overrides import load_overrides, require_config_dir
+
+#: Where the ib simulator stages each HCA's port counters (``mokka.simulators.ib.sysfs``,
+#: not imported: it brings the simulator along): ``<class>/mlx5_<i>/ports/1/counters/<name>``.
+IB_CLASS = f"{layout.IB_ROOT}/sys/class/infiniband"
 
 
 def status(path: Path, args: argparse.Namespace, *, root: Path | None = None) -> int:
@@ -50,12 +57,49 @@ def status(path: Path, args: argparse.Namespace, *, root: Path | None = None) ->
         rows += [(target, k, v) for k, v in _flatten(section)]
     if not rows:
         print(shown(f"no overrides in {path}"))
-        return 0
-    rows.insert(0, ("TARGET", "FIELD", "VALUE"))
-    widths = [max(len(r[i]) for r in rows) for i in range(2)]
-    for target, key, value in rows:
-        print(f"{target:<{widths[0]}}  {key:<{widths[1]}}  {value}")
+    else:
+        _table([("TARGET", "FIELD", "VALUE"), *rows])
+    # What ``ib-counter`` raised lives in the daemon (and its staged sysfs
+    # files), not in the overrides file: shown after it, for the whole node.
+    counters = ib_counters(root) if root is not None and args.gpu is None else []
+    if counters:
+        print()
+        _table([("IB PORT", "COUNTER", "VALUE"), *counters])
     return 0
+
+
+def _table(rows: list[tuple[str, str, str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for first, second, value in rows:
+        print(shown(f"{first:<{widths[0]}}  {second:<{widths[1]}}  {value}"))
+
+
+def ib_counters(root: Path) -> list[tuple[str, str, str]]:
+    """``(mlx5_<i> port 1, counter, value)`` for every staged port counter that is not 0.
+
+    Read from the files the daemon stages (the same ones sysfs readers and
+    ``perfquery`` see); a node without InfiniBand, or a file that does not
+    hold a number, shows nothing.
+    """
+    try:
+        hcas = sorted(NodeRoot(root).resolve(IB_CLASS).glob("mlx5_*"),
+                      key=lambda p: (len(p.name), p.name))
+    except (OSError, MokkaError):
+        return []
+    rows = []
+    for hca in hcas:
+        try:
+            files = sorted((hca / "ports" / "1" / "counters").iterdir())
+        except OSError:
+            continue
+        for counter in files:
+            try:
+                text = counter.read_text().strip()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if text.isascii() and text.isdigit() and int(text):
+                rows.append((f"{hca.name} port 1", counter.name, text))
+    return rows
 
 
 def shown(text: str) -> str:

@@ -34,17 +34,24 @@ _ENGINE_INT = re.compile(r"\d{1,9}")
 _ENGINE_STRING = re.compile(r'"((?:[^"\\]|\\["\\])*)"')
 
 
-def parse_target(text: str, path: Path) -> str:
+#: ``parse_target``'s default: read the engine config beside the file.
+_READ = object()
+
+
+def parse_target(text: str, path: Path, *, known: Any = _READ) -> str:
     """``all``, an index, or a UUID; checked against the engine config when it is readable.
 
     Returns the key as the overrides file spells it (``device_key``'s
     normalization: ``"03"`` is ``"3"``, UUIDs lower-case after ``GPU-``).
     Without a readable engine config nothing can be checked, and a
     well-formed target is accepted: the daemon may not have staged yet.
+    ``known``: what ``engine_gpus`` already read of it (a caller that also
+    names the GPU reads the file once).
     """
     text = text.strip()
-    # the engine config sits beside the overrides file (both in driver/config/)
-    known = engine_gpus(path.with_name("config.yaml"))
+    if known is _READ:
+        # the engine config sits beside the overrides file (both in driver/config/)
+        known = engine_gpus(path.with_name("config.yaml"))
     if text == "all":
         return "all"
     # ASCII digits only: ``"²".isdigit()`` holds, but ``int("²")`` raises

@@ -107,6 +107,11 @@ def _add_location(parser: argparse.ArgumentParser, default: object) -> None:
         "node root (env MOKKA_ROOT; default ./mokka-node); the file is "
         f"<root>{layout.OVERRIDES}"))
     where.add_argument("--file", metavar="PATH", default=default, help="the overrides file itself")
+    # beside the location: a call says where it writes and whether a daemon
+    # there applies it, and exits 3 when none does (``mokka.ctl``)
+    parser.add_argument("--no-daemon-ok", action="store_true", default=default or False, help=(
+        "exit 0 when no daemon holds the node root (the change is written and applies "
+        "when one starts; env MOKKA_CTL_NO_DAEMON_OK=1); default: exit 3"))
 
 
 class _Parents:

@@ -150,7 +150,8 @@ class Settings:
     #: Seconds teardown (revoke + discard) may take after SIGTERM.  25 s: under
     #: the kubelet's default 30 s ``terminationGracePeriodSeconds``.
     shutdown_timeout: float = 25.0
-    #: Reconcile once (stage, apply; no daemons, no teardown) and exit 0/1.
+    #: Reconcile once (stage, apply; no daemons, no teardown) and exit 0 ready,
+    #: 1 failed pass, 3 not ready.
     once: bool = False
     #: ``text`` (``ts level logger msg key=value``) or ``json`` (one object per line).
     log_format: str = "text"
@@ -234,7 +235,8 @@ class Settings:
         group.add_argument(
             "--once",
             action="store_true",
-            help="reconcile once (no daemons, no teardown), print a summary, exit 0/1",
+            help="reconcile once (no daemons, no teardown), print a summary, exit 0 ready, "
+            "1 failed pass, 3 not ready",
         )
         group.add_argument(
             "--log-format",

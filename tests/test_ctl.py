@@ -170,6 +170,11 @@ def test_status_table_and_json(file: Path, capsys) -> None:
     assert capsys.readouterr().out == f"no overrides in {file}\n"
     run(file, "temp", "--gpu", "all", "--celsius", "70")
     run(file, "fail", "--gpu", "0", "--mode", "lost")
+    # each write says what it changed (``mokka.ctl_report``); status only shows
+    assert capsys.readouterr().out.splitlines() == [
+        "every GPU: temperature 70 C; written to --file; whether a daemon reads it is not checked",
+        "gpu 0: failure mode lost; written to --file; whether a daemon reads it is not checked",
+    ]
     assert run(file, "status") == 0
     assert capsys.readouterr().out.splitlines() == [
         "TARGET  FIELD                      VALUE",

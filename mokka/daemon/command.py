@@ -7,8 +7,11 @@ simulators, and runs either
 * the daemon (``DaemonRunner``): resets the runtime overrides file (a pod
   start resets runtime state), reconciles until SIGTERM/SIGINT, tears down,
   exits 0 (1 if something failed); or
-* ``--once``: one pass (stage, apply; daemons skipped), a summary on stdout,
-  exit 0/1, files left in place (``mokka cleanup`` removes them).
+* ``--once``: one pass (stage, apply; daemons skipped), a summary on stdout
+  (one JSON object with ``--log-format json``), exit 0 for a ready node, 1
+  for a failed pass, 3 for a pass that left the node not ready
+  (``mokka.daemon.oncesummary``); files left in place (``mokka cleanup``
+  removes them, and the root when ``--once`` made it: ``mokka.rootmarker``).
 
 ``mokka cleanup --root DIR`` is the manual recovery after a killed daemon:
 every owner's manifest is discarded, restoring what was overwritten.
@@ -25,7 +28,6 @@ import argparse
 import contextlib
 import logging
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Mapping
@@ -38,6 +40,7 @@ import trio_util
 
 from mokka import layout
 from mokka.artifacts import ConvergeReport
+from mokka.daemon import oncesummary
 from mokka.daemon.faultsignals import fault_signals_blocked
 from mokka.daemon.limits import raise_fd_limit
 from mokka.daemon.memory import limit_malloc_arenas
@@ -54,6 +57,7 @@ from mokka.daemon.runner import (
 from mokka.errors import HostFaultError, MokkaError, SpecError
 from mokka.host import Host
 from mokka.logs import setup_logging
+from mokka.rootmarker import mark_made, remove_if_emptied
 from mokka.settings import LOCAL_ROOT, Settings
 from mokka.simulators.base import Simulator
 from mokka.simulators.registry import add_plugin_arguments, build_simulators
@@ -138,8 +142,19 @@ def run_daemon_command(args: argparse.Namespace) -> int:
     created_root = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
+        if created_root and settings.once:
+            # ``--once`` leaves its files for ``mokka cleanup``, which then
+            # removes the root too (``mokka.rootmarker``)
+            mark_made(root)
     except OSError as exc:
         return _usage_error("daemon", f"--root: cannot create {root}: {exc.strerror}")
+    if (unwritable := _unwritable(root)) is not None:
+        # Said once, naming the root as given: every simulator would
+        # otherwise fail on the same first write, each pass, each naming it
+        # by its node path (``/.mokka-created-parents.json``, which reads
+        # like the machine's own ``/``).
+        logger.error("%s", unwritable, extra={"root": str(root)})
+        return EXIT_FAILED
     host = Host(root)
     code = EXIT_FAILED
     held = _HeldRootRecord()
@@ -160,13 +175,35 @@ def run_daemon_command(args: argparse.Namespace) -> int:
             for exc in _leaves(group):
                 logger.error("%s", exc)
         finally:
-            if created_root and not settings.once and not held.taken:
+            if created_root and settings.once:
+                # nothing staged (no state, a failure before the pass): the
+                # root goes now; else with ``mokka cleanup``
+                remove_if_emptied(root)
+            elif created_root and not held.taken:
                 # ``mokka`` with no flags made ./mokka-node and stopped before
                 # holding it (the runner removes it itself otherwise, before
                 # letting go of the lock); leave it as found.
                 with contextlib.suppress(OSError):  # not empty: left on purpose or by a failure
                     root.rmdir()
     return code
+
+
+def _unwritable(root: Path) -> str | None:
+    """Why this user may not create anything in ``root``; ``None`` when it may.
+
+    Like a root this user may not even enter (the node lock says so and
+    exits 1, ``nodelock``), one it may enter but not write is the user's
+    mistake, not a fault a retry outlives.  A read-only mount is not
+    refused here: it is a fault of the node, reported per pass and retried
+    (a remount read-write heals it).
+    """
+    if not os.access(root, os.X_OK) or os.access(root, os.W_OK):
+        return None
+    with contextlib.suppress(OSError):
+        if os.statvfs(root).f_flag & os.ST_RDONLY:
+            return None
+    return (f"cannot write to the node root {root}: Permission denied (EACCES): "
+            f"uid {os.geteuid()} may not create files there")
 
 
 @attrs.define
@@ -311,18 +348,20 @@ async def run_once(settings: Settings, host: Host, simulators: list[Simulator]) 
         await nursery.start(_source(settings, host).run, updates)
         update = updates.value
         nursery.cancel_scope.cancel(reason="--once has its state")
+    as_json = settings.log_format == "json"
     if update is None or update.state is None:
         error = getattr(update, "error", None) or "the state source produced no state"
-        print(f"no state to reconcile: {error}")
+        print(oncesummary.no_state_json(error) if as_json else f"no state to reconcile: {error}")
         return EXIT_FAILED
     reconciler = Reconciler(host, simulators, supervisor=None)
     async with hold_node_root(host.root):
         result = await reconciler.reconcile_once(update.state)
-    print(result.summary())
-    # quoted for a shell: the line is there to be pasted, whatever the root's name
-    cleanup = f"mokka cleanup --root {shlex.quote(str(host.root))}"
-    print(f"node root: {host.root} (remove with: {cleanup})")
-    return EXIT_OK if result.ok else EXIT_FAILED
+    # ``/readyz``'s verdict over what ``--once`` ran: a CI gate must not pass
+    # a node that staged but cannot serve (``mokka.daemon.oncesummary``)
+    verdict = oncesummary.judge(simulators)
+    print((oncesummary.summary_json if as_json else oncesummary.summary_text)(
+        result, verdict, host.root))
+    return oncesummary.exit_code(result, verdict)
 
 
 def run_cleanup_command(args: argparse.Namespace) -> int:
@@ -339,6 +378,8 @@ def run_cleanup_command(args: argparse.Namespace) -> int:
     if report is None:
         return EXIT_FAILED
     print_cleanup_summary(report, root, verbose=getattr(args, "verbose", False))
+    if remove_if_emptied(root):
+        print(f"removed {root} too (made by mokka daemon --once)")
     return EXIT_OK
 
 

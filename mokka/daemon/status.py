@@ -52,17 +52,22 @@ def excerpt(text: str | None, limit: int = MAX_TEXT) -> str | None:
 
 
 def summarize_reason(reason: str) -> str:
-    """A readiness reason with the per-device CAP_MKNOD sentences said once, with the count."""
+    """A readiness reason with the driver tree's per-node CAP_MKNOD sentences said once.
+
+    The driver tree says one sentence per device node it wrote as a
+    placeholder; the summary gives their count and a few names (the CDI
+    specs' reason is already that short: ``mokka.simulators.cri.cdi.check``).
+    """
     paths = [m["path"] for m in _PLACEHOLDER.finditer(reason)]
-    if len(paths) < 2:
-        return reason
-    shown = ", ".join(paths[:2]) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
-    summary = (
-        f"{len(paths)} device nodes are placeholder files ({shown}): no CAP_MKNOD; consumers "
-        "cannot open them (run as root to get real nodes)"
-    )
-    rest = [part for part in _PLACEHOLDER.sub("", reason).split("; ") if part.strip()]
-    return "; ".join([summary, *rest])
+    if len(paths) >= 2:
+        shown = ", ".join(paths[:2]) + (f" and {len(paths) - 2} more" if len(paths) > 2 else "")
+        summary = (
+            f"{len(paths)} device nodes are placeholder files ({shown}): no CAP_MKNOD; consumers "
+            "cannot open them (run as root to get real nodes)"
+        )
+        rest = [part for part in _PLACEHOLDER.sub("", reason).split("; ") if part.strip()]
+        reason = "; ".join([summary, *rest])
+    return reason
 
 
 def iso(wall: float | None) -> str | None:

@@ -259,6 +259,8 @@ class Problem:
     #: without CAP_MKNOD (a local run as a normal user) and reports itself
     #: degraded.  Nothing is broken that an apply failure could fix.
     placeholder: bool = False
+    #: the device node's path, for a placeholder
+    path: str = ""
 
 
 def _problem(host: Host, ref: Reference) -> Problem | None:
@@ -272,7 +274,7 @@ def _problem(host: Host, ref: Reference) -> Problem | None:
         return Problem(
             f"{ref.spec}: device {ref.path} is not a character device "
             "(a placeholder written without CAP_MKNOD?)",
-            placeholder=stat.S_ISREG(st.st_mode),
+            placeholder=stat.S_ISREG(st.st_mode), path=ref.path,
         )
     if ref.kind == "hook" and not (stat.S_ISREG(st.st_mode) and st.st_mode & 0o111):
         return Problem(f"{ref.spec}: hook {ref.path} is not an executable file")
@@ -294,9 +296,16 @@ def check(host: Host, specs: Mapping[str, Mapping[str, Any]]) -> str | None:
             "refusing to publish CDI specs that name missing files (containers asking for "
             "them would fail to start): " + "; ".join(p.message for p in problems)
         )
-    if problems:
+    if not problems:
+        return None
+    # Without CAP_MKNOD every device node is a placeholder, named once per
+    # spec that lists it: said once, with a count, rather than a sentence each.
+    names = list(dict.fromkeys(p.path.rsplit("/", 1)[-1] for p in problems))
+    if len(names) < 2:
         return "CDI specs not published: " + "; ".join(p.message for p in problems)
-    return None
+    shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+    return (f"CDI specs not published: {len(names)} device nodes they name are placeholders "
+            f"({shown}): no CAP_MKNOD (run as root to get real nodes)")
 
 
 def probe_extras(host: Host) -> NodeExtras:

@@ -91,8 +91,13 @@ class RuntimeSetup:
     def leave_alone_reason(self, host: Host) -> str | None:
         """Why this node's runtime must not be touched, or None."""
         if not any(host.exists(p) for p in CONTAINERD_PATHS):
+            # The real paths looked at: under a local run's root they are not
+            # the machine's own, which may well have a containerd.
+            root = host.root.as_posix().rstrip("/")
+            looked = ", ".join(f"{root}{path}" for path in CONTAINERD_PATHS)
             return (
-                f"no containerd on the host's PATH (looked for {', '.join(CONTAINERD_PATHS)}); "
+                f"no containerd on the host's PATH (looked under the node root "
+                f"{root or '/'}: {looked}); "
                 "leaving the container runtime alone (CRI-O, or an embedded containerd like "
                 "k3s/rke2): CDI specs are still published"
             )

@@ -131,7 +131,8 @@ def choose_nvidia_smi(image_binary: Path, installed_binary: Path) -> SmiChoice:
     the rest and reports itself not ready with the reason.
     """
     if image_binary.is_file():
-        return SmiChoice(image_binary, "real", f"real nvidia-smi from --nvidia-smi-binary {image_binary}")
+        return SmiChoice(image_binary, "real",
+                         f"real nvidia-smi from --nvidia-smi-binary {image_binary}")
     if is_real_nvidia_smi(installed_binary):
         return SmiChoice(
             installed_binary,
