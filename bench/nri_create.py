@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,15 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' co
 
 from figures import report
 
-from tests.containerd_support import (
-    IMAGE,
-    Containerd,
-    build_image,
-    cleanup_node,
-    real_components,
-    seed_node,
-    stage_node,
-)
+from tests.containerd_support import IMAGE, SERIES, Containerd, cleanup_node, staged_node
+from tests.nri_daemon_support import NriDaemonProcess
 
 #: What ``python -m bench --quick`` passes.
 QUICK_ARGS = ["--rounds", "5"]
@@ -61,48 +53,29 @@ def create_times(containerd: Containerd, pod: str, rounds: int, tag: str) -> lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--containerd", default="2.1", choices=("2.1", "1.7"))
+    parser.add_argument("--containerd", default=SERIES[0], choices=SERIES)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mokka-nri-bench-") as scratch:
         base = Path(scratch)
-        components = real_components(args.containerd, base)
-        root = base / "node"
-        seed_node(root, components)
-        stage_node(root, components)
-        build_image(base / "image.tar", components)
-        containerd = Containerd(components, base / "containerd", root)
+        staged = staged_node(args.containerd, base)
+        containerd = staged.containerd
         link = base / "nri.sock"
-        plugin: subprocess.Popen | None = None
+        plugin = NriDaemonProcess(link, base / "plugin", (str(staged.root),))
         try:
             containerd.start()
-            link.symlink_to(containerd.in_namespace("/run/nri/nri.sock"))
-            containerd.ctr("images", "import", str(base / "image.tar"))
-            deadline = time.monotonic() + 30
-            while containerd.crictl("inspecti", IMAGE, check=False).returncode != 0:
-                assert time.monotonic() < deadline, containerd.tail()
-                time.sleep(0.05)
+            containerd.link_nri_socket(link)
+            containerd.import_image(staged.image)
             pod = containerd.run_pod("bench")
             create_times(containerd, pod, 2, "warm")  # first-use costs out of the way
             without = create_times(containerd, pod, args.rounds, "without")
-            log = base / "plugin.log"
-            with log.open("wb") as out:
-                plugin = subprocess.Popen(
-                    [sys.executable, "-u", "-m", "tests.nri_daemon_support", str(link),
-                     str(root)], stdout=out, stderr=subprocess.STDOUT,
-                )
-            deadline = time.monotonic() + 60
-            while "configured by containerd" not in log.read_text(errors="replace"):
-                assert time.monotonic() < deadline, log.read_text()
-                assert plugin.poll() is None, log.read_text()
-                time.sleep(0.05)
+            plugin.start()
+            plugin.wait_for("configured by containerd", timeout=60)
             create_times(containerd, pod, 2, "warm2")
             with_plugin = create_times(containerd, pod, args.rounds, "with")
         finally:
-            if plugin is not None:
-                plugin.kill()
-                plugin.wait(timeout=30)
+            plugin.kill()
             containerd.stop()
-            cleanup_node(root)
+            cleanup_node(staged.root)
     floor = statistics.median(without) * 1e3
     print(f"containerd {args.containerd}, {args.rounds} rounds, crictl create with a CDI GPU")
     report(BENCH, "crictl create, median, with the NRI plugin",

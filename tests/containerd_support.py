@@ -11,6 +11,8 @@ What the tests need, and nothing of the machine's own containerd:
   settings, and ``mokka cleanup`` of it;
 * ``build_image``: a tiny OCI image (busybox plus the C libraries the real
   ``nvidia-smi`` and the mock NVML library need);
+* ``staged_node``: all of the above for one containerd version, the way
+  every real-containerd test and benchmark starts;
 * ``Containerd``: a test-owned containerd with its own root, state, socket
   and a private mount namespace in which the node's files sit at their
   host paths (see ``Containerd.start``).
@@ -38,7 +40,7 @@ import pytest
 from mokka import native
 from mokka.errors import NativeArtifactMissing
 from tests import consumers
-from tests.support import ROOT, real_nvidia_smi, require_tool
+from tests.support import ROOT, real_nvidia_smi, require_tool, snapshot
 
 #: The image every container (and every pod sandbox) of the tests runs.
 IMAGE = "localhost/mokka-cri-test:1"
@@ -46,6 +48,11 @@ IMAGE = "localhost/mokka-cri-test:1"
 APPLETS = ("sh", "ls", "cat", "echo", "sleep", "test", "[")
 #: Bounds one crictl/ctr call; each takes well under a second here.
 CALL_TIMEOUT = 60
+#: The containerd series the real-containerd tests and benchmarks run, newest
+#: first (``tests.consumers.containerd`` picks the pinned release of each).
+SERIES = ("2.1", "1.7")
+#: Makes a module-scoped fixture run once per series (its ``request.param``).
+per_series = pytest.fixture(scope="module", params=SERIES, ids=lambda v: f"containerd-{v}")
 
 
 @attrs.frozen
@@ -258,6 +265,45 @@ def build_image(path: Path, components: Components) -> None:
 
 
 @attrs.frozen
+class StagedNode:
+    """A staged node, its image and the containerd to run on it (not started yet)."""
+
+    containerd: Containerd
+    #: the image tarball, for ``Containerd.import_image``
+    image: Path
+    #: the node root as seeded, before ``mokka daemon --once`` (``tests.support.snapshot``)
+    before: dict
+    #: the main config as seeded
+    seeded_config: str
+
+    @property
+    def root(self) -> Path:
+        return self.containerd.node_root
+
+
+def staged_node(version: str, base: Path) -> StagedNode:
+    """A Mokka h100 node for containerd ``version`` under ``base``.
+
+    The node at ``base/node`` (``seed_node``, then ``stage_node``), the
+    image at ``base/image.tar`` and the containerd's own files under
+    ``base/containerd``.
+    """
+    components = real_components(version, base)
+    root = base / "node"
+    seed_node(root, components)
+    before = snapshot(root)
+    seeded_config = (root / "etc/containerd/config.toml").read_text()
+    stage_node(root, components)
+    build_image(base / "image.tar", components)
+    return StagedNode(
+        containerd=Containerd(components, base / "containerd", root),
+        image=base / "image.tar",
+        before=before,
+        seeded_config=seeded_config,
+    )
+
+
+@attrs.frozen
 class Container:
     """A finished container: its exit code and its output, by ``== section`` of the script."""
 
@@ -408,6 +454,28 @@ class Containerd:
         assert result.returncode == 0, f"ctr {shlex.join(args)}: {result.stderr}"
         return result.stdout
 
+    def import_image(self, tarball: Path, timeout: float = 30) -> None:
+        """``ctr images import``, then wait until CRI knows the image.
+
+        CRI learns of an imported image from an event, a moment after ctr
+        returns: a pod started before then tries to pull it.
+        """
+        self.ctr("images", "import", str(tarball))
+        deadline = time.monotonic() + timeout
+        while self.crictl("inspecti", IMAGE, check=False).returncode != 0:
+            assert time.monotonic() < deadline, self.tail()
+            time.sleep(0.05)
+
+    def link_nri_socket(self, link: Path) -> None:
+        """Point ``link`` at this containerd's NRI socket (again, after a restart).
+
+        containerd makes the socket when its NRI plugin starts, which
+        precedes CRI serving (``start`` waits for that).  A plugin connects
+        through the link, so the link, not the plugin, follows a restart.
+        """
+        link.unlink(missing_ok=True)
+        link.symlink_to(self.in_namespace("/run/nri/nri.sock"))
+
     # ---- pods and containers ------------------------------------------
 
     def run_pod(self, name: str, handler: str | None = None) -> str:
@@ -433,9 +501,13 @@ class Containerd:
     def run_container(
         self, pod: str, pod_name: str, name: str, script: str, *,
         env: dict[str, str] | None = None, cdi_devices: Sequence[str] = (),
-        annotations: dict[str, str] | None = None, timeout: float = 60,
+        annotations: dict[str, str] | None = None,
+        mounts: Sequence[tuple[str, str]] = (), timeout: float = 60,
     ) -> Container:
-        """Create and start a container running ``sh -c script``; wait for it to exit."""
+        """Create and start a container running ``sh -c script``; wait for it to exit.
+
+        ``mounts``: (host path, container path) pairs, bind-mounted read-only.
+        """
         config = {
             "metadata": {"name": name},
             "image": {"image": IMAGE},
@@ -444,6 +516,8 @@ class Containerd:
             "log_path": f"{name}.log",
             "CDI_devices": [{"name": device} for device in cdi_devices],
             "annotations": annotations or {},
+            "mounts": [{"container_path": container_path, "host_path": host_path,
+                        "readonly": True} for host_path, container_path in mounts],
         }
         path = self.base / f"container-{pod_name}-{name}.json"
         path.write_text(json.dumps(config))

@@ -9,7 +9,8 @@ what the tests assert on is what the real containerd sent and did.
 
 ``PluginProcess`` starts and stops it from a test, its log in a file, and
 polls for its log lines (a plugin runs in its own process so that a test
-can kill it the way a node loses it).
+can kill it the way a node loses it).  ``serve_until_sigterm`` is the
+process's main loop, shared with ``tests.nri_daemon_support``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
@@ -51,14 +53,16 @@ class PluginProcess:
     def log(self) -> Path:
         return self.base / "plugin.log"
 
+    def command(self) -> list[str]:
+        # -u: each log line reaches the file at once (the test polls it).
+        return [sys.executable, "-u", "-m", "tests.nri_support",
+                str(self.socket), str(self.record), *self.args]
+
     def start(self) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
-                # -u: each log line reaches the file at once (the test polls it).
-                [sys.executable, "-u", "-m", "tests.nri_support",
-                 str(self.socket), str(self.record), *self.args],
-                stdout=log, stderr=subprocess.STDOUT,
+                self.command(), stdout=log, stderr=subprocess.STDOUT,
             )
 
     def kill(self) -> None:
@@ -108,6 +112,25 @@ class PluginProcess:
             return "(no log)"
 
 
+def serve_until_sigterm(start: Callable[[trio.Nursery], Awaitable[object]]) -> None:
+    """Log to stdout and run what ``start`` starts in a nursery until SIGTERM.
+
+    SIGTERM cancels it as the daemon's teardown does.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stdout, force=True)
+
+    async def serve() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                await start(nursery)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel(reason="SIGTERM")
+                    break
+
+    trio.run(serve)
+
+
 def _adjustment(args: argparse.Namespace) -> model.Adjustment:
     mounts = tuple(
         model.Mount(destination=dst, source=src, options=("rbind", "ro"))
@@ -124,8 +147,6 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[])
     args = parser.parse_args()
     adjustment = _adjustment(args)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s",
-                        stream=sys.stdout, force=True)
 
     async def on_create(container: model.Container) -> model.Adjustment:
         with args.record.open("a") as record:
@@ -136,16 +157,10 @@ def main() -> None:
             await trio.sleep_forever()
         return adjustment
 
-    async def serve() -> None:
-        # SIGTERM cancels the plugin as the daemon's teardown does.
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(run_plugin, args.socket, NAME, INDEX, on_create)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel(reason="SIGTERM")
-                    break
+    async def start(nursery: trio.Nursery) -> None:
+        await nursery.start(run_plugin, args.socket, NAME, INDEX, on_create)
 
-    trio.run(serve)
+    serve_until_sigterm(start)
     print("plugin: stopped", flush=True)
 
 

@@ -35,15 +35,7 @@ import pytest
 from mokka.simulators.cri.mainconfig import MARK
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.containerd_support import (
-    Container,
-    Containerd,
-    build_image,
-    cleanup_node,
-    real_components,
-    seed_node,
-    stage_node,
-)
+from tests.containerd_support import Container, Containerd, cleanup_node, per_series, staged_node
 from tests.support import ROOT, snapshot
 
 #: The ``sed`` docs/cri.md and docs/operations.md give for the marked
@@ -91,30 +83,22 @@ class Node:
         return self.forced
 
 
-#: containerd series, newest first; ``tests.consumers`` picks the pinned release of each.
-@pytest.fixture(scope="module", params=["2.1", "1.7"], ids=lambda v: f"containerd-{v}")
+@per_series
 def node(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Node]:
     version = request.param
-    base = tmp_path_factory.mktemp(f"cri-{version}")
-    components = real_components(version, base)
-    root = base / "node"
-    seed_node(root, components)
-    before = snapshot(root)
-    seeded_config = (root / "etc/containerd/config.toml").read_text()
-    stage_node(root, components)
-    build_image(base / "image.tar", components)
+    staged = staged_node(version, tmp_path_factory.mktemp(f"cri-{version}"))
     node = Node(
-        root=root,
+        root=staged.root,
         state=compile_profile("h100", node_name="node-a"),
-        containerd=Containerd(components, base / "containerd", root),
-        before=before,
-        seeded_config=seeded_config,
+        containerd=staged.containerd,
+        before=staged.before,
+        seeded_config=staged.seeded_config,
     )
     try:
         node.containerd.start()
-        node.containerd.ctr("images", "import", str(base / "image.tar"))
+        node.containerd.import_image(staged.image)
         node.pod = node.containerd.run_pod("gpus")
         yield node
     finally:

@@ -23,15 +23,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from tests.containerd_support import (
-    IMAGE,
-    Containerd,
-    build_image,
-    cleanup_node,
-    real_components,
-    seed_node,
-    stage_node,
-)
+from tests.containerd_support import Containerd, cleanup_node, per_series, staged_node
 from tests.nri_support import INDEX, NAME, PluginProcess
 from tests.support import snapshot
 
@@ -55,6 +47,7 @@ class Node:
     containerd: Containerd
     plugin: PluginProcess
     link: Path
+    image: Path
     #: the node's files as seeded, before ``mokka daemon --once``
     before: dict
     pod: str = ""
@@ -71,35 +64,21 @@ class Node:
 
     def start_containerd(self) -> None:
         self.containerd.start()
-        # containerd makes the socket when its NRI plugin starts, which
-        # precedes CRI serving (start() waits for that).
-        self.link.unlink(missing_ok=True)
-        self.link.symlink_to(self.containerd.in_namespace("/run/nri/nri.sock"))
-        self.containerd.ctr("images", "import", str(self.containerd.base.parent / "image.tar"))
-        # CRI learns of an imported image from an event, a moment after ctr
-        # returns: a pod started before then tries to pull it.
-        deadline = time.monotonic() + 30
-        while self.containerd.crictl("inspecti", IMAGE, check=False).returncode != 0:
-            assert time.monotonic() < deadline, self.containerd.tail()
-            time.sleep(0.05)
+        self.containerd.link_nri_socket(self.link)
+        self.containerd.import_image(self.image)
         self.pod = self.containerd.run_pod("nri")
 
     def run(self, name: str, **kwargs):
         return self.containerd.run_container(self.pod, "nri", name, SCRIPT, **kwargs)
 
 
-@pytest.fixture(scope="module", params=["2.1", "1.7"], ids=lambda v: f"containerd-{v}")
+@per_series
 def node(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Node]:
     version = request.param
     base = tmp_path_factory.mktemp(f"nri-{version}")
-    components = real_components(version, base)
-    root = base / "node"
-    seed_node(root, components)
-    before = snapshot(root)
-    stage_node(root, components)
-    build_image(base / "image.tar", components)
+    staged = staged_node(version, base)
     (base / "share").mkdir()
     (base / "share/hello").write_text("mounted by the plugin\n")
     link = base / "nri.sock"
@@ -107,7 +86,7 @@ def node(
         link, base / "plugin",
         ("--mount", f"{base / 'share/hello'}:{MOUNTED}", "--env", ENV, "--env", BIG),
     )
-    node = Node(Containerd(components, base / "containerd", root), plugin, link, before)
+    node = Node(staged.containerd, plugin, link, staged.image, staged.before)
     try:
         node.start_containerd()
         plugin.start()

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,19 +27,9 @@ import attrs
 import pytest
 
 from mokka.state.compile import compile_profile
-from tests.containerd_support import (
-    IMAGE,
-    Containerd,
-    _sections,
-    build_image,
-    cleanup_node,
-    real_components,
-    seed_node,
-    stage_node,
-)
-from tests.containerd_support import Container as ContainerResult
+from tests.containerd_support import IMAGE, Containerd, cleanup_node, per_series, staged_node
 from tests.gpudriver_support import toolkit_binary
-from tests.nri_support import PluginProcess
+from tests.nri_daemon_support import NriDaemonProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -73,53 +62,31 @@ def generate_toolkit_spec(root: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-@attrs.define(eq=False)
-class DaemonProcess(PluginProcess):
-    """``python -m tests.nri_daemon_support`` instead of the bare plugin."""
-
-    def start(self) -> None:
-        self.base.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as log:
-            self._process = subprocess.Popen(
-                [sys.executable, "-u", "-m", "tests.nri_daemon_support",
-                 str(self.socket), *self.args],
-                stdout=log, stderr=subprocess.STDOUT,
-            )
-
-
 @attrs.define
 class Node:
     containerd: Containerd
-    daemon: DaemonProcess
+    daemon: NriDaemonProcess
     pod: str = ""
 
     def run(self, name: str, **kwargs):
         return self.containerd.run_container(self.pod, "nri", name, SCRIPT, **kwargs)
 
 
-@pytest.fixture(scope="module", params=["2.1", "1.7"], ids=lambda v: f"containerd-{v}")
+@per_series
 def node(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Node]:
     version = request.param
     base = tmp_path_factory.mktemp(f"nri-real-{version}")
-    components = real_components(version, base)
-    root = base / "node"
-    seed_node(root, components)
-    stage_node(root, components)
-    build_image(base / "image.tar", components)
+    staged = staged_node(version, base)
+    root, containerd = staged.root, staged.containerd
     link = base / "nri.sock"
-    containerd = Containerd(components, base / "containerd", root)
     generate_toolkit_spec(root)
-    node = Node(containerd, DaemonProcess(link, base / "daemon", (str(root),)))
+    node = Node(containerd, NriDaemonProcess(link, base / "daemon", (str(root),)))
     try:
         containerd.start()
-        link.symlink_to(containerd.in_namespace("/run/nri/nri.sock"))
-        containerd.ctr("images", "import", str(base / "image.tar"))
-        deadline = time.monotonic() + 30
-        while containerd.crictl("inspecti", IMAGE, check=False).returncode != 0:
-            assert time.monotonic() < deadline, containerd.tail()
-            time.sleep(0.05)
+        containerd.link_nri_socket(link)
+        containerd.import_image(staged.image)
         node.pod = containerd.run_pod("nri")
         node.daemon.start()
         node.daemon.wait_for("configured by containerd")
@@ -208,7 +175,9 @@ def test_a_config_change_reaches_nvml_in_a_running_container_within_a_second(
     finally:
         rewrite(config, notice, original)
         containerd.crictl("stop", "--timeout", "0", cid, check=False)
-        containerd.crictl("rm", cid)
+        # --force: containerd 1.7 can still call a container that just exited
+        # "running" right after the stop
+        containerd.crictl("rm", "--force", cid)
 
 
 def rewrite(config: Path, notice: Path, content: bytes) -> None:
@@ -233,7 +202,7 @@ def wait_for_log(log: Path, text: str, timeout: float = 30) -> None:
 
 def test_a_mount_of_the_driver_root_sees_every_gpu(node: Node) -> None:
     """As the device plugin's and GFD's DaemonSets mount it (no GPU request at all)."""
-    result = run_with_mount(node, "daemonset", "/var/lib/nvml-mock/driver", "/driver-root")
+    result = node.run("daemonset", mounts=[("/var/lib/nvml-mock/driver", "/driver-root")])
     assert result.exit_code == 0, result
     assert result.sections["bus"] == sorted(
         [g.bus_id for g in STATE.gpus] + [s.bdf for s in STATE.nvlink.switches])
@@ -260,29 +229,3 @@ def test_the_daemon_stopped_containers_still_start(node: Node) -> None:
         node.daemon.start()
         node.daemon.wait_for("configured by containerd", 2)
 
-
-def run_with_mount(node: Node, name: str, host_path: str, container_path: str):
-    """``Containerd.run_container`` with one CRI bind mount (which it has no argument for)."""
-    containerd = node.containerd
-    config = {
-        "metadata": {"name": name}, "image": {"image": IMAGE},
-        "command": ["/bin/sh", "-c", SCRIPT], "log_path": f"{name}.log",
-        "mounts": [{"container_path": container_path, "host_path": host_path,
-                    "readonly": True}],
-    }
-    path = containerd.base / f"container-nri-{name}.json"
-    path.write_text(json.dumps(config))
-    cid = containerd.crictl("create", node.pod, str(path),
-                            str(containerd.base / "pod-nri.json")).stdout.strip()
-    containerd.crictl("start", cid)
-    deadline = time.monotonic() + 60
-    while True:
-        status = json.loads(containerd.crictl("inspect", "-o", "json", cid).stdout)["status"]
-        if status["state"] == "CONTAINER_EXITED":
-            break
-        assert time.monotonic() < deadline, f"{name} still {status['state']}"
-        time.sleep(0.05)
-    logs = (containerd.base / "logs" / "nri" / f"{name}.log").read_text().splitlines()
-    lines = [line.split(" ", 3)[3] if line.count(" ") >= 3 else "" for line in logs]
-    containerd.crictl("rm", cid)
-    return ContainerResult(exit_code=int(status["exitCode"]), sections=_sections(lines))
