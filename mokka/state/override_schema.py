@@ -194,7 +194,10 @@ _ECC_COUNTS = {k: _count for k in (
     "device_memory", "l1_cache", "l2_cache", "register_file", "texture_memory", "total",
     "sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable",
 )}
-_ECC_KIND = {"single_bit": _ECC_COUNTS, "double_bit": _ECC_COUNTS}
+# Hopper and later also count per kind directly (``volatile.sram_correctable``),
+# as their profiles and the library's reader lay them out.
+_ECC_KIND = {"single_bit": _ECC_COUNTS, "double_bit": _ECC_COUNTS, **{k: _count for k in (
+    "sram_correctable", "sram_uncorrectable", "dram_correctable", "dram_uncorrectable")}}
 
 #: Every key an overrides patch (``all`` or one device) may set.  A ``dict``
 #: nests, a callable checks a leaf.  Units follow the profile: temperatures in
@@ -215,10 +218,13 @@ SCHEMA: dict[str, Any] = {
         )},
         "power_state": _pstate, "management_mode": _str, "management_supported": _bool,
     },
+    # ``locked_*``: the range ``nvmlDeviceSetGpuLockedClocks`` /
+    # ``SetMemoryLockedClocks`` set (0, 0: not locked).
     "clocks": {k: _count for k in (
         "graphics_current", "graphics_max", "graphics_app", "graphics_app_default",
         "sm_current", "sm_max", "memory_current", "memory_max", "memory_app",
-        "memory_app_default", "video_current", "video_max",
+        "memory_app_default", "video_current", "video_max", "locked_graphics_min",
+        "locked_graphics_max", "locked_memory_min", "locked_memory_max",
     )},
     "clocks_throttle_reasons": {k: _bool for k in THROTTLE_REASONS},
     "utilization": {k: _pct for k in ("gpu", "memory", "encoder", "decoder", "jpeg", "ofa")},
@@ -250,6 +256,7 @@ SCHEMA: dict[str, Any] = {
     "processes": ANY,
     "persistence_mode": _str,
     "compute_mode": _str,
+    "accounting": {"mode": _str},
     "dynamic_metrics": ANY,
     "encoder_stats": ANY,
     "fbc_stats": ANY,

@@ -23,6 +23,16 @@
  * fact's public call, so the two never differ; any other slot stays NULL
  * (nvidia-smi prints N/A, or for `-i` a message of its own).
  *
+ * `nvidia-smi -r` resets through slots alone: slot 20 asks whether the GPU
+ * is the primary (display) GPU, slot 169 the fabric state, slot 182
+ * allocates a group of the devices to reset, 183 and 184 prepare it, and
+ * slot 168 resets the group's devices (found as above: a throw-away table
+ * whose every slot logged and answered; the message nvidia-smi prints when
+ * each of them fails names it).  A datacenter board is headless, never the
+ * primary GPU, and no fabric state stands in the way; the reset itself is
+ * the daemon's (mock_set_device "reset": refused with IN_USE while
+ * processes hold the GPU, pending ECC mode applied).
+ *
  * How the slots were found: a throw-away build filled every NULL slot of a
  * larger table with a function that logs its slot number and arguments,
  * the real binary ran each command against it, and gdb/objdump at the
@@ -65,6 +75,12 @@
 #define SLOT_COMPUTE_PROCESSES 213
 #define SLOT_GRAPHICS_PROCESSES 214
 #define SLOT_MPS_PROCESSES 215
+#define SLOT_IS_PRIMARY_GPU 20
+#define SLOT_FABRIC_STATE 169
+#define SLOT_RESET_GROUP_ALLOC 182
+#define SLOT_RESET_GROUP_PREPARE 183
+#define SLOT_RESET_GROUP_CHECK 184
+#define SLOT_RESET_DEVICES 168
 
 /* The GUID nvidia-smi passes: 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4, in
  * the byte order of a Windows-style GUID struct (first three groups
@@ -343,6 +359,62 @@ static int mps_processes(nvmlDevice_t device, unsigned int *count, struct smi_pr
     return smi_processes(nvmlDeviceGetMPSComputeRunningProcesses_v3, device, count, records);
 }
 
+/* Slot 20: (device, &isPrimary, NULL, size): a datacenter board is headless. */
+static int is_primary_gpu(nvmlDevice_t device, unsigned int *is_primary, void *unused,
+                          unsigned int size)
+{
+    (void)unused;
+    (void)size;
+    if (is_primary == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlPciInfo_t pci;
+    nvmlReturn_t r = nvmlDeviceGetPciInfo_v3(device, &pci); /* a handle of ours */
+    if (r != NVML_SUCCESS)
+        return r;
+    *is_primary = 0;
+    return NVML_SUCCESS;
+}
+
+/* Slot 169: (&state, ...): 0, no fabric operation in progress. */
+static int fabric_state(unsigned int *state)
+{
+    if (state == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *state = 0;
+    return NVML_SUCCESS;
+}
+
+/* Slot 182: (&group, devices, count, flags); nvidia-smi hands the group
+ * back to 183 and 184 only, so any non-NULL token does. */
+static int reset_group_alloc(void **group, nvmlDevice_t *devices, unsigned int count,
+                             unsigned int flags)
+{
+    static int token;
+    (void)flags;
+    if (group == NULL || devices == NULL || count == 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *group = &token;
+    return NVML_SUCCESS;
+}
+
+static int reset_group_step(void *group)
+{
+    return group == NULL ? NVML_ERROR_INVALID_ARGUMENT : NVML_SUCCESS;
+}
+
+/* Slot 168: (count, devices, ...): the reset, by the daemon, GPU by GPU. */
+static int reset_devices(unsigned int count, nvmlDevice_t *devices)
+{
+    if (devices == NULL || count == 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < count; i++) {
+        nvmlReturn_t r = mock_set_device(devices[i], "reset", "gpu");
+        if (r != NVML_SUCCESS)
+            return r;
+    }
+    return NVML_SUCCESS;
+}
+
 _Static_assert(EXPORT_TABLE_SLOTS > SLOT_TOPOLOGY_LEVEL, "export table too small for slot 23");
 static const void *g_table[EXPORT_TABLE_SLOTS];
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
@@ -373,6 +445,12 @@ static void build_table(void)
     set_slot(SLOT_COMPUTE_PROCESSES, (const void *)(uintptr_t)&compute_processes);
     set_slot(SLOT_GRAPHICS_PROCESSES, (const void *)(uintptr_t)&graphics_processes);
     set_slot(SLOT_MPS_PROCESSES, (const void *)(uintptr_t)&mps_processes);
+    set_slot(SLOT_IS_PRIMARY_GPU, (const void *)(uintptr_t)&is_primary_gpu);
+    set_slot(SLOT_FABRIC_STATE, (const void *)(uintptr_t)&fabric_state);
+    set_slot(SLOT_RESET_GROUP_ALLOC, (const void *)(uintptr_t)&reset_group_alloc);
+    set_slot(SLOT_RESET_GROUP_PREPARE, (const void *)(uintptr_t)&reset_group_step);
+    set_slot(SLOT_RESET_GROUP_CHECK, (const void *)(uintptr_t)&reset_group_step);
+    set_slot(SLOT_RESET_DEVICES, (const void *)(uintptr_t)&reset_devices);
 }
 
 MOCK_API nvmlReturn_t nvmlInternalGetExportTable(const void **ppExportTable,

@@ -354,6 +354,25 @@ int mock_remote_locate(char *path, size_t size);
  * 0: unchanged; -1: no usable answer (nothing to free). */
 int mock_remote_fetch(const char *path, const char *have, struct mock_remote_reply *out);
 
+/* The longest a SET exchange waits: the daemon answers once the change is
+ * in the engine config every process reads, a reconcile pass away. */
+#define MOCK_REMOTE_SET_BUDGET_MS 10000
+/* Asks the daemon at `path` to set `key` to `value` on the GPU `uuid`
+ * (`MOKKA-NVML 1 SET <uuid> <key> <value>`): NVML_SUCCESS, the daemon's
+ * NVML error code, or NVML_ERROR_UNKNOWN when no usable answer came. */
+nvmlReturn_t mock_remote_set(const char *path, const char *uuid, const char *key,
+                             const char *value);
+
+/* ---------------------------------------------------------- setters.c */
+
+/* Sends one change of `device` to the node daemon (`key` to `value`, the
+ * words of docs/nvml.md "Setters"): NO_PERMISSION for a caller that is not
+ * root, without asking; else the daemon's answer. */
+nvmlReturn_t mock_set_device(nvmlDevice_t device, const char *key, const char *value);
+/* Makes the next call re-read the engine config (library.c): a setter's
+ * change shows in the caller's own next query. */
+void mock_recheck_now(void);
+
 /* The current snapshot, NULL when not initialized.  No lock and no
  * reference count on the way: the calling thread's own reference keeps it
  * alive until its next call (library.c).  Release it with mock_release, on

@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,13 +101,40 @@ static int wait_for(int fd, short events, const struct timespec *deadline)
 static int connect_to(const char *path, const struct timespec *deadline)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof addr.sun_path)
-        return -1;
-    strcpy(addr.sun_path, path);
+    int dirfd = -1;
+    if (strlen(path) >= sizeof addr.sun_path) {
+        /* A driver root deeper than sun_path's 108 bytes (a node root in a
+         * temporary directory): connect through the directory's descriptor,
+         * as the daemon binds there. */
+        const char *slash = strrchr(path, '/');
+        char dir[PATH_MAX];
+        if (slash == NULL || (size_t)(slash - path) >= sizeof dir)
+            return -1;
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+        dirfd = open(dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd < 0)
+            return -1;
+        int n = snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d%s", dirfd, slash);
+        if (n <= 0 || (size_t)n >= sizeof addr.sun_path) {
+            close(dirfd);
+            return -1;
+        }
+    } else {
+        strcpy(addr.sun_path, path);
+    }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
+    if (fd < 0) {
+        if (dirfd >= 0)
+            close(dirfd);
         return -1;
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
+    }
+    int connected = connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    int saved = errno;
+    if (dirfd >= 0)
+        close(dirfd); /* connect() has resolved the path */
+    errno = saved;
+    if (connected)
         return fd;
     if (errno == EINPROGRESS || errno == EINTR) {
         int err = 0;
@@ -265,6 +293,63 @@ int mock_remote_fetch(const char *path, const char *have, struct mock_remote_rep
 out:
     if (result < 0)
         mock_debug("engine config socket %s: no usable answer", path);
+    close(fd);
+    return result;
+}
+
+/* The answer to a SET: `MOKKA-NVML 1 OK` or `MOKKA-NVML 1 ERROR <code>
+ * <reason>`, where the code is an NVML return code the daemon chose. */
+static nvmlReturn_t parse_set_answer(const char *line)
+{
+    if (strcmp(line, PROTOCOL " OK") == 0)
+        return NVML_SUCCESS;
+    const char *prefix = PROTOCOL " ERROR ";
+    if (strncmp(line, prefix, strlen(prefix)) != 0)
+        return NVML_ERROR_UNKNOWN;
+    char *end = NULL;
+    errno = 0;
+    long code = strtol(line + strlen(prefix), &end, 10);
+    if (errno != 0 || end == line + strlen(prefix) || code <= 0 || code > NVML_ERROR_UNKNOWN ||
+        (*end != ' ' && *end != '\0'))
+        return NVML_ERROR_UNKNOWN;
+    mock_debug("the node daemon refused the change: %s", line);
+    return (nvmlReturn_t)code;
+}
+
+nvmlReturn_t mock_remote_set(const char *path, const char *uuid, const char *key,
+                             const char *value)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += MOCK_REMOTE_SET_BUDGET_MS / 1000;
+    deadline.tv_nsec += (long)(MOCK_REMOTE_SET_BUDGET_MS % 1000) * 1000000L;
+    deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+    deadline.tv_nsec %= 1000000000L;
+
+    char request[MAX_HEADER + 1];
+    int len = snprintf(request, sizeof request, PROTOCOL " SET %s %s %s\n", uuid, key, value);
+    if (len <= 0 || (size_t)len >= sizeof request)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int fd = connect_to(path, &deadline);
+    if (fd < 0) {
+        mock_debug("node daemon socket %s: cannot connect", path);
+        return NVML_ERROR_UNKNOWN;
+    }
+    nvmlReturn_t result = NVML_ERROR_UNKNOWN;
+    char line[MAX_HEADER + 1];
+    size_t got = 0;
+    if (!send_all(fd, request, (size_t)len, &deadline))
+        goto out;
+    for (;;) {
+        if (got == MAX_HEADER || !recv_all(fd, line + got, 1, &deadline))
+            goto out;
+        if (line[got] == '\n')
+            break;
+        got++;
+    }
+    line[got] = '\0';
+    result = parse_set_answer(line);
+out:
     close(fd);
     return result;
 }

@@ -37,6 +37,7 @@ SOURCES = (
     "library.c",
     "locate.c",
     "remote.c",
+    "setters.c",
     "errors.c",
     "call.c",
     "devices.c",

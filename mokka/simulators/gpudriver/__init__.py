@@ -47,7 +47,7 @@ from mokka.errors import NativeArtifactMissing, PassSuperseded, StageError
 from mokka.faults import owner_line
 from mokka.host import Artifact, ConvergeReport, Directory, File, Host
 from mokka.simulators.base import Readiness
-from mokka.simulators.gpudriver import notice, nvml_socket
+from mokka.simulators.gpudriver import notice, nvml_setter, nvml_socket
 from mokka.simulators.gpudriver import publish as publishing
 from mokka.simulators.gpudriver.binaries import (
     SmiChoice,
@@ -196,6 +196,8 @@ class GpuDriverSimulator:
     #: Each GPU's engine config lines from the last plan (one plan at a time:
     #: the single reconcile task stages).
     _blocks: DeviceBlocks = attrs.field(factory=DeviceBlocks, init=False)
+    #: the NVML setters' applier while the daemon runs (``run``)
+    _setter: nvml_setter.Setter | None = attrs.field(default=None, init=False)
 
     # ---- Simulator -----------------------------------------------------
 
@@ -276,13 +278,17 @@ class GpuDriverSimulator:
     async def run(self, host: Host, state: State, *,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the engine config at the NVML socket (``nvml_socket``) until cancelled."""
-        server = nvml_socket.NvmlSocketServer(host)
+        self._setter = nvml_setter.Setter(host, state)
+        server = nvml_socket.NvmlSocketServer(host, setter=self._setter)
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
             task_status.started()
 
     async def reload(self, state: State) -> None:
-        """Nothing to do: the socket serves the staged files as they are at each request."""
+        """Hand the state to the setters (the socket serves the staged files as they are
+        at each request): a change is in force once a state holds it."""
+        if self._setter is not None:
+            self._setter.deliver(state)
 
     # ---- Applier -------------------------------------------------------
 

@@ -19,6 +19,10 @@ connection::
     MOKKA-NVML 1 OK <token> <config bytes> <workload bytes>\\n<config><workload>
     MOKKA-NVML 1 ERROR <reason>\\n
 
+and, for the setters, ``MOKKA-NVML 1 SET <uuid> <key> <value>`` answered
+``OK`` or ``ERROR <nvml code> <reason>`` once the change is in force
+(``nvml_setter``; the only request that writes, and only for root).
+
 The answer is the staged files as they are on disk at the request: the
 token is a digest of both files' identity (device, inode, size, mtime,
 ctime, as the library's stat schedule compares them), taken from the
@@ -60,6 +64,8 @@ from mokka import layout
 from mokka.errors import MokkaError
 from mokka.host import File, Host
 from mokka.loglimit import LogLimit
+from mokka.simulators.gpudriver import nvml_set
+from mokka.simulators.gpudriver.nvml_setter import APPLY_TIMEOUT, Setter, peer_uid
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +79,9 @@ RUN_OWNER = "gpudriver-run"
 #: in containers run as any user, and the answer is what the library file
 #: beside a host's driver would let them read anyway.
 SOCKET_MODE = 0o666
-#: The request line's most bytes, newline included (``GET`` and a 32-digit token fit in 64).
-MAX_REQUEST = 128
+#: The request line's most bytes, newline included (``GET`` and a 32-digit
+#: token fit in 64; ``SET``, a UUID, a key and a value in 124).
+MAX_REQUEST = 160
 #: Connections served at once; a flood beyond is closed on accept.  A
 #: client holds one for a few milliseconds every 250 ms at most.
 MAX_CONNECTIONS = 64
@@ -197,6 +204,7 @@ def answer(have: str, snapshot: Snapshot | Exception) -> tuple[bytes, ...]:
 
 
 _MALFORMED = (_PROTOCOL + b" ERROR malformed request\n",)
+_SET_PREFIX = _PROTOCOL + b" SET "
 
 
 @attrs.define(eq=False)
@@ -204,6 +212,8 @@ class NvmlSocketServer:
     """Serves the files at the socket until cancelled; see the module docstring."""
 
     host: Host
+    #: applies ``SET`` requests; ``None``: every ``SET`` is refused as unknown
+    setter: Setter | None = None
     _files: FileReader = attrs.field(init=False)
     #: one file check at a time: a flood of clients queues here, never
     #: reads the same files many times over at once
@@ -215,6 +225,7 @@ class NvmlSocketServer:
     _slow_log: LogLimit = attrs.field(factory=lambda: LogLimit(logger), init=False)
     _accept_log: LogLimit = attrs.field(factory=lambda: LogLimit(logger), init=False)
     _unservable_log: LogLimit = attrs.field(factory=lambda: LogLimit(logger), init=False)
+    _set_log: LogLimit = attrs.field(factory=lambda: LogLimit(logger), init=False)
 
     def __attrs_post_init__(self) -> None:
         self._files = FileReader(self.host)
@@ -259,7 +270,7 @@ class NvmlSocketServer:
         finally:
             sock.close()
             for log in (self._junk_log, self._refused_log, self._slow_log, self._accept_log,
-                        self._unservable_log):
+                        self._unservable_log, self._set_log):
                 log.flush()
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(_unlisten, dirfd, address)
@@ -269,6 +280,10 @@ class NvmlSocketServer:
         try:
             with trio.move_on_after(DEADLINE) as scope:
                 line = await _read_line(client)
+                if line is not None and line.startswith(_SET_PREFIX):
+                    scope.deadline = trio.current_time() + APPLY_TIMEOUT + DEADLINE
+                    await self._serve_set(client, line)
+                    return
                 have = None if line is None else parse_request(line)
                 if have is None:
                     self._junk_log.warning(
@@ -294,6 +309,28 @@ class NvmlSocketServer:
         finally:
             self._connections -= 1
             client.close()
+
+
+    async def _serve_set(self, client: trio.socket.SocketType, line: bytes) -> None:
+        request = nvml_set.parse_set(line)
+        if request is None or self.setter is None:
+            self._junk_log.warning(
+                "gpudriver: an NVML client sent a SET request this daemon does not take "
+                "(at most %d bytes of a UUID, a key and a value)", MAX_REQUEST)
+            code, reason = nvml_set.INVALID_ARGUMENT, "malformed request"
+        else:
+            code, reason = await self.setter.handle(request, peer_uid(client))
+            if code:
+                # a warning, rate-limited: a refusal is the caller's business,
+                # but a flood of them (a non-root loop) must not fill the log
+                self._set_log.warning("gpudriver: refused %s=%s on %s: %s", request.key,
+                                      request.value, request.uuid, reason)
+            else:
+                logger.info("gpudriver: %s set to %s on %s", request.key, request.value,
+                            request.uuid)
+        reply = (_PROTOCOL + b" OK\n" if not code else
+                 b"%s ERROR %d %s\n" % (_PROTOCOL, code, reason.encode(errors="replace")[:100]))
+        await _send(client, (reply,))
 
 
 async def _read_line(client: trio.socket.SocketType) -> bytes | None:
