@@ -320,8 +320,13 @@ def test_runtime_setup_off(helm: Helm) -> None:
     assert rendered["--container-runtime"] == "off"
     assert rendered["--nri"] == "off"
     assert rendered["--nri-plugin"] == "off"  # no NRI, no plugin
-    for absent in ("--containerd-config-dir", "--restart-mode", "--nri-socket",
-                   "--nri-plugin-socket", "--nri-ambient"):
+    for absent in (
+        "--containerd-config-dir",
+        "--restart-mode",
+        "--nri-socket",
+        "--nri-plugin-socket",
+        "--nri-ambient",
+    ):
         assert absent not in rendered
     assert "nri" not in volumes(docs)
     # The surge guard only applies while the runtime setup is on.
@@ -733,17 +738,92 @@ def test_a_chart_only_version_bump_leaves_the_pod_template_alone(
 
 
 @pytest.mark.realclient
-def test_agents_run_on_opted_in_nodes_at_node_critical_priority(helm: Helm) -> None:
+def test_agents_run_on_opted_in_nodes(helm: Helm) -> None:
     spec = pod_spec(helm.template())
     assert spec["nodeSelector"] == {"mokka.io/gpu": "true"}
-    assert spec["priorityClassName"] == "system-node-critical"
     # The install command of the docs labels nodes with exactly that label.
     for doc in (ROOT / "docs" / "helm.md", CHART / "README.md"):
         assert "kubectl label node worker-1 worker-2 mokka.io/gpu=true" in doc.read_text(), doc
     # An explicit empty selector means every node again.
     everywhere = pod_spec(helm.template(None, "nodeSelector=null"))
     assert "nodeSelector" not in everywhere
-    assert "priorityClassName" not in pod_spec(helm.template(None, "priorityClassName=null"))
+
+
+def render_in(helm: Helm, namespace: str, *args: str) -> dict[str, Any]:
+    """The agent's pod spec of a release in ``namespace``."""
+    done = helm.run("template", RELEASE, str(CHART), "--namespace", namespace, *args)
+    assert done.returncode == 0, f"helm template failed:\n{done.stderr}"
+    return pod_spec([doc for doc in yaml.safe_load_all(done.stdout) if doc])
+
+
+@pytest.mark.realclient
+def test_defaults_install_on_tainted_nodes_without_critical_priority_quota(helm: Helm) -> None:
+    """Defaults that every cluster admits: GKE admits the critical classes only
+    in kube-system, and GPU pools are commonly tainted."""
+    spec = pod_spec(helm.template())
+    assert NAMESPACE != "kube-system"
+    assert "priorityClassName" not in spec
+    # Tolerates every taint, NoExecute included (an empty key with Exists).
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    # In kube-system, where the quota admits it, the agent is node-critical.
+    assert render_in(helm, "kube-system")["priorityClassName"] == "system-node-critical"
+
+
+@pytest.mark.realclient
+def test_scheduling_defaults_can_be_set_back(helm: Helm) -> None:
+    spec = pod_spec(
+        helm.template(None, "priorityClassName=system-node-critical", "tolerations=null")
+    )
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert "tolerations" not in spec
+    # The forms docs/helm.md gives.
+    only_gpu = '[{"key":"nvidia.com/gpu","operator":"Exists"}]'
+    spec = render_in(helm, NAMESPACE, "--set-json", f"tolerations={only_gpu}")
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert "tolerations" not in render_in(helm, NAMESPACE, "--set-json", "tolerations=[]")
+    text = (ROOT / "docs" / "helm.md").read_text()
+    assert f"--set-json 'tolerations={only_gpu}'" in text
+    assert "--set-json 'tolerations=[]'" in text
+    # A class named explicitly wins in kube-system too.
+    custom = render_in(helm, "kube-system", "--set", "priorityClassName=mokka-agents")
+    assert custom["priorityClassName"] == "mokka-agents"
+
+
+@pytest.mark.realclient
+def test_notes_say_how_to_label_a_node(helm: Helm) -> None:
+    """Without a cluster to look nodes up in, the notes give the label command
+    for the selector in use, and say nothing of labels with no selector."""
+    done = helm.run("install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client")
+    assert done.returncode == 0, done.stderr
+    assert "kubectl get nodes -l mokka.io/gpu=true" in done.stdout
+    assert "kubectl label node NODE_NAME mokka.io/gpu=true" in done.stdout
+    assert "zero\npods" in done.stdout
+    done = helm.run(
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--dry-run=client",
+        "--set",
+        "nodeSelector.mokka\\.io/gpu=null",
+        "--set-string",
+        "nodeSelector.pool=gpu-sim",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "kubectl label node NODE_NAME pool=gpu-sim" in done.stdout
+    done = helm.run(
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--dry-run=client",
+        "--set",
+        "nodeSelector=null",
+    )
+    assert "kubectl label node" not in done.stdout
+    assert "on every schedulable node" in done.stdout
 
 
 @pytest.mark.realclient
@@ -1029,14 +1109,22 @@ def test_gpudriver_doc_states_the_mount_the_chart_renders(helm: Helm) -> None:
 
 @pytest.mark.realclient
 def test_workload_values_reach_the_agent_and_bad_ones_are_refused(helm: Helm) -> None:
-    docs = helm.template(None, "nodeAgent.workload.mode=off", "nodeAgent.workload.pollInterval=2.5",
-                         "nodeAgent.workload.socket=/run/kubelet/pr.sock")
+    docs = helm.template(
+        None,
+        "nodeAgent.workload.mode=off",
+        "nodeAgent.workload.pollInterval=2.5",
+        "nodeAgent.workload.socket=/run/kubelet/pr.sock",
+    )
     rendered = flags(docs)
     assert rendered["--workload"] == "off"
     assert rendered["--workload-poll-interval"] == "2.5"
     assert rendered["--workload-socket"] == "/run/kubelet/pr.sock"
-    for bad in ("nodeAgent.workload.memoryShare=1.5", "nodeAgent.workload.utilization=101",
-                "nodeAgent.workload.socket=relative", "nodeAgent.workload.mode=sometimes"):
+    for bad in (
+        "nodeAgent.workload.memoryShare=1.5",
+        "nodeAgent.workload.utilization=101",
+        "nodeAgent.workload.socket=relative",
+        "nodeAgent.workload.mode=sometimes",
+    ):
         assert "workload" in helm.template_error(None, bad), bad
 
 
@@ -1073,11 +1161,13 @@ def test_ib_fabric_runs_the_relay_on_the_host_network(helm: Helm) -> None:
     assert rendered["--ib-relay-port"] == str(RELAY_PORT) == "18515"
     assert rendered["--ib-peer"] == "worker-1=10.0.0.11:18515"
     assert {"name": "ib-relay", "containerPort": RELAY_PORT, "protocol": "TCP"} in (
-        container["ports"])
+        container["ports"]
+    )
     # The health port binds the node IP, not every interface of the node.
     assert rendered["--health-addr"] == "$(NODE_IP):9091"
     assert {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in (
-        container["env"])
+        container["env"]
+    )
     # The daemon's own parser and the simulator's settings take the flags.
     namespace = parse_daemon_args(build_parser().parse_args, container["args"])
     settings = IbSettings.from_args(namespace)
@@ -1086,8 +1176,15 @@ def test_ib_fabric_runs_the_relay_on_the_host_network(helm: Helm) -> None:
     assert settings.peer_address("worker-1") == ("10.0.0.11", RELAY_PORT)
     assert settings.peer_address("worker-0") == ("worker-0", RELAY_PORT)
     # The notes say so, and read the health port at the node IP.
-    done = helm.run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
-                    *helm.values_args(IB_FABRIC, ()))
+    done = helm.run(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        *helm.values_args(IB_FABRIC, ()),
+    )
     assert done.returncode == 0, done.stderr
     notes = done.stdout.split("NOTES:", 1)[1]
     assert "the agents relay on TCP port 18515" in notes
@@ -1097,8 +1194,7 @@ def test_ib_fabric_runs_the_relay_on_the_host_network(helm: Helm) -> None:
     docs = helm.template(IB_FABRIC, "nodeAgent.ib.fabric.port=20000")
     assert flags(docs)["--ib-relay-key-file"] == "/etc/mokka-ib-relay/key"
     assert flags(docs)["--ib-relay-port"] == "20000"
-    assert {"name": "ib-relay", "containerPort": 20000, "protocol": "TCP"} in (
-        agent(docs)["ports"])
+    assert {"name": "ib-relay", "containerPort": 20000, "protocol": "TCP"} in (agent(docs)["ports"])
 
 
 @pytest.mark.realclient
@@ -1115,11 +1211,13 @@ def test_ib_fabric_mounts_the_relay_key_from_a_secret(helm: Helm) -> None:
     # Mounted as a directory (a rotated Secret arrives), root's only, and named
     # by the flag.
     volume = next(v for v in pod_spec(docs)["volumes"] if v["name"] == "ib-relay-key")
-    assert volume["secret"] == {"secretName": name, "defaultMode": 0o400,
-                                "items": [{"key": "key", "path": "key"}]}
+    assert volume["secret"] == {
+        "secretName": name,
+        "defaultMode": 0o400,
+        "items": [{"key": "key", "path": "key"}],
+    }
     mount = next(m for m in agent(docs)["volumeMounts"] if m["name"] == "ib-relay-key")
-    assert mount == {"name": "ib-relay-key", "mountPath": "/etc/mokka-ib-relay",
-                     "readOnly": True}
+    assert mount == {"name": "ib-relay-key", "mountPath": "/etc/mokka-ib-relay", "readOnly": True}
     assert "subPath" not in mount
     assert flags(docs)["--ib-relay-key-file"] == f"{mount['mountPath']}/key"
     # Each render without a cluster makes a key of its own: nothing fixed ships.
@@ -1144,14 +1242,14 @@ def test_ib_fabric_network_policy_admits_the_relay_from_agents_only(helm: Helm) 
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     relay, health = policy["spec"]["ingress"]
     assert relay == {
-        "from": [{"podSelector": {"matchLabels": selector}},
-                 {"ipBlock": {"cidr": "10.0.0.0/16"}}],
+        "from": [{"podSelector": {"matchLabels": selector}}, {"ipBlock": {"cidr": "10.0.0.0/16"}}],
         "ports": [{"protocol": "TCP", "port": 18515}],
     }
     # Isolated for ingress, the pods would lose their probes and scrapes.
     assert health == {"ports": [{"protocol": "TCP", "port": 9091}]}
-    assert not by_kind(helm.template(IB_FABRIC, "nodeAgent.ib.fabric.networkPolicy.enabled=false"),
-                       "NetworkPolicy")
+    assert not by_kind(
+        helm.template(IB_FABRIC, "nodeAgent.ib.fabric.networkPolicy.enabled=false"), "NetworkPolicy"
+    )
 
 
 @pytest.mark.realclient
@@ -1175,8 +1273,7 @@ def test_ib_fabric_profiles_without_hcas_are_the_built_in_ones() -> None:
     helpers = (CHART / "templates" / "_helpers.tpl").read_text()
     listed = helpers.split('define "mokka.profilesWithoutIb" -}}\n', 1)[1].split("\n", 1)[0]
     shipped = sorted(p.stem for p in (ROOT / "mokka" / "state" / "profiles").glob("*.yaml"))
-    without = [name for name in shipped
-               if compile_profile(name, node_name="n").infiniband is None]
+    without = [name for name in shipped if compile_profile(name, node_name="n").infiniband is None]
     assert listed.split() == without
     assert without
     assert len(without) < len(shipped)
@@ -1194,22 +1291,40 @@ def test_ib_fabric_profiles_without_hcas_are_the_built_in_ones() -> None:
         (("nodeAgent.ib.fabric.port=x",), "/nodeAgent/ib/fabric/port"),
         (("nodeAgent.ib.fabric.peers.worker-1=10.0.0.11",), "/nodeAgent/ib/fabric/peers"),
         (("nodeAgent.ib.fabric.peers.worker-1=h:99999",), "/nodeAgent/ib/fabric/peers"),
-        (("nodeAgent.ib.fabric.networkPolicy.allow=x",),
-         "'/nodeAgent/ib/fabric/networkPolicy': additional properties 'allow'"),
-        (("nodeAgent.ib.fabric.relayPort=1",),
-         "'/nodeAgent/ib/fabric': additional properties 'relayPort'"),
-        (("nodeAgent.ib.fabric.key.existingSecret=Not_A_Name",),
-         "/nodeAgent/ib/fabric/key/existingSecret"),
-        (("nodeAgent.ib.fabric.key.value=x",),
-         "'/nodeAgent/ib/fabric/key': additional properties 'value'"),
+        (
+            ("nodeAgent.ib.fabric.networkPolicy.allow=x",),
+            "'/nodeAgent/ib/fabric/networkPolicy': additional properties 'allow'",
+        ),
+        (
+            ("nodeAgent.ib.fabric.relayPort=1",),
+            "'/nodeAgent/ib/fabric': additional properties 'relayPort'",
+        ),
+        (
+            ("nodeAgent.ib.fabric.key.existingSecret=Not_A_Name",),
+            "/nodeAgent/ib/fabric/key/existingSecret",
+        ),
+        (
+            ("nodeAgent.ib.fabric.key.value=x",),
+            "'/nodeAgent/ib/fabric/key': additional properties 'value'",
+        ),
     ],
-    ids=["no-topology", "ib-off", "health-port", "port-low", "port-high", "port-type",
-         "peer-no-port", "peer-port-range", "policy-key", "fabric-key", "secret-name",
-         "key-value"],
+    ids=[
+        "no-topology",
+        "ib-off",
+        "health-port",
+        "port-low",
+        "port-high",
+        "port-type",
+        "peer-no-port",
+        "peer-port-range",
+        "policy-key",
+        "fabric-key",
+        "secret-name",
+        "key-value",
+    ],
 )
 def test_ib_fabric_values_that_cannot_work_are_refused(
     helm: Helm, sets: tuple[str, ...], message: str
 ) -> None:
     error = helm.template_error(IB_FABRIC, *sets)
     assert message in error, error
-

@@ -10,6 +10,7 @@ real one.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -75,7 +76,12 @@ class Runtime:
 
 async def serve(runtime: Runtime, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    await sock.bind(str(runtime.path))
+    # Through the directory's descriptor: a path past sun_path's 108 bytes binds too.
+    directory = os.open(runtime.path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        await sock.bind(f"/proc/self/fd/{directory}/{runtime.path.name}")
+    finally:
+        os.close(directory)
     sock.listen()
     listener = trio.SocketListener(sock)
     task_status.started()
@@ -211,3 +217,26 @@ async def test_cancellation_closes_the_connection(tmp_path: Path) -> None:
                 plugin.cancel_scope.cancel()
             await closed.wait()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_socket_path_longer_than_sun_path_is_reached(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A node root under a deep directory puts the NRI socket past 107 bytes,
+    which ``connect`` refuses by name ("AF_UNIX path too long")."""
+    deep = tmp_path.joinpath(*["d" * 40] * 4)
+    deep.mkdir(parents=True)
+    registered = trio.Event()
+
+    async def script(end: RuntimeEnd) -> None:
+        await end.accept_registration()
+        registered.set()
+        await trio.sleep_forever()
+
+    runtime = Runtime(deep / "nri.sock", [script])
+    assert len(os.fsencode(runtime.path)) > 108
+    with trio.fail_after(10):
+        await nursery.start(serve, runtime)
+        status = await nursery.start(run_plugin, runtime.path, "mokka", "10", no_adjustment)
+        await registered.wait()
+    assert status.registrations == 1

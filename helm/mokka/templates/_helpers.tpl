@@ -70,6 +70,19 @@ app.kubernetes.io/part-of: mokka
 {{- end }}
 {{- end }}
 
+{{/*
+The agent pods' PriorityClass: the one set, else system-node-critical only in
+kube-system. Clusters that quota the critical classes (GKE) admit them only
+there, so a default that names one elsewhere installs nowhere on them.
+*/}}
+{{- define "mokka.priorityClassName" -}}
+{{- if .Values.priorityClassName }}
+{{- .Values.priorityClassName }}
+{{- else if eq .Release.Namespace "kube-system" }}
+{{- "system-node-critical" }}
+{{- end }}
+{{- end }}
+
 {{- define "mokka.imageTag" -}}
 {{- default .Chart.AppVersion .Values.nodeAgent.image.tag }}
 {{- end }}

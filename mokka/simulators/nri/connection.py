@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -115,6 +116,30 @@ async def run_plugin(
         await trio.sleep(backoff)
 
 
+#: ``sun_path`` holds 108 bytes, the terminating NUL included.
+_SUN_PATH_MAX = 107
+
+
+async def _open_unix(path: Path) -> trio.SocketStream:
+    """Connect to the socket at ``path``, also when its path is too long for ``sun_path``.
+
+    A node root under a deep directory (a local run, a test's temporary
+    root) puts the NRI socket past 107 bytes, which ``connect`` refuses
+    ("AF_UNIX path too long"): the directory is opened instead (in a worker
+    thread: no filesystem wait on the event loop) and the socket named
+    through its descriptor.  A missing directory or socket is ``ENOENT``
+    either way, which readiness reads as "no NRI here".
+    """
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        return await trio.open_unix_socket(str(path))
+    directory = await trio.to_thread.run_sync(
+        os.open, path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return await trio.open_unix_socket(f"/proc/self/fd/{directory}/{path.name}")
+    finally:
+        os.close(directory)
+
+
 async def _session(
     socket_path: Path,
     name: str,
@@ -123,7 +148,7 @@ async def _session(
     status: PluginStatus,
     registered: Callable[[], None],
 ) -> None:
-    stream = await trio.open_unix_socket(str(socket_path))
+    stream = await _open_unix(socket_path)
     async with stream, trio.open_nursery() as nursery:
         peer = _Peer(stream, on_create, status, nursery)
         nursery.start_soon(peer.read)
