@@ -26,7 +26,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from mokka.simulators.ib.relay import HELLO_TIMEOUT, MAGIC, MAX_MESSAGE, NONCE_SIZE
+from mokka.simulators.ib.relay import HELLO_TIMEOUT
+from mokka.simulators.ib.relaywire import MAGIC, MAX_MESSAGE, NONCE_SIZE
 
 CHILD = textwrap.dedent("""
     import sys, trio

@@ -524,19 +524,40 @@ class Containerd:
         pod_path = self.base / f"pod-{pod_name}.json"
         cid = self.crictl("create", pod, str(path), str(pod_path)).stdout.strip()
         self.crictl("start", cid)
-        deadline = time.monotonic() + timeout
-        while True:
-            status = json.loads(self.crictl("inspect", "-o", "json", cid).stdout)["status"]
-            if status["state"] == "CONTAINER_EXITED":
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"container {name} still {status['state']} after {timeout}s")
-            time.sleep(0.05)
+        status = self.wait_exited(cid, timeout, name)
         logs = (self.base / "logs" / pod_name / f"{name}.log").read_text().splitlines()
         # CRI log lines: "<time> <stream> <F|P> <text>"
         lines = [line.split(" ", 3)[3] if line.count(" ") >= 3 else "" for line in logs]
         self.crictl("rm", cid)
         return Container(exit_code=int(status["exitCode"]), sections=_sections(lines))
+
+    def wait_exited(self, cid: str, timeout: float, name: str = "") -> dict:
+        """The container's CRI status once it is ``CONTAINER_EXITED``, or fail the test."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = json.loads(self.crictl("inspect", "-o", "json", cid).stdout)["status"]
+            if status["state"] == "CONTAINER_EXITED":
+                return status
+            if time.monotonic() > deadline:
+                pytest.fail(f"container {name or cid} still {status['state']} after {timeout}s")
+            time.sleep(0.05)
+
+    def remove(self, cid: str, timeout: float = 30) -> None:
+        """Stop and remove a container that may still run.
+
+        containerd 1.7 can still call a container "running" for a moment
+        after its stop returned, and refuses ``rm`` (even ``--force``) then:
+        the removal waits for the exited state first.
+        """
+        self.crictl("stop", "--timeout", "0", cid, check=False)
+        self.wait_exited(cid, timeout)
+        deadline = time.monotonic() + timeout
+        # and its own record of the task may lag the status a moment longer
+        while "still running" in (done := self.crictl("rm", cid, check=False)).stderr:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert done.returncode == 0, f"crictl rm {cid}: {done.stderr}\n{self.tail()}"
 
     # ---- teardown -----------------------------------------------------
 

@@ -2,10 +2,11 @@
 
 The NVIDIA Container Toolkit is the real release (``nvidia-ctk`` v1.20.2,
 ``real_component``), and so is containerd wherever a test asks it for its
-merged config (``config_dump``: 1.7.24 and 2.1.9, no daemon started).  The
-one stand-in left is ``tests/data/fake-toolkit/fake-systemctl``: it records
-calls and answers ``is-active``, because a test must never restart the
-machine's own containerd.
+merged config (``config_dump``: the machine's 1.6, 1.7.24 and 2.1.9, no
+daemon started).  The one stand-in left is
+``tests/data/fake-toolkit/fake-systemctl``: it records calls and answers
+``is-active``, because a test must never restart the machine's own
+containerd.
 """
 
 from __future__ import annotations
@@ -157,8 +158,9 @@ def default_config(version: str) -> str:
     return result.stdout
 
 
-def config_dump(root: Path, version: str) -> dict:
-    """containerd ``version``'s merged config for the node root's ``/etc/containerd``.
+def config_dump(root: Path, version: str | None = None) -> dict:
+    """containerd ``version``'s merged config for the node root's ``/etc/containerd``
+    (``None``: the machine's own containerd, Debian's 1.6, found on ``PATH``).
 
     ``config dump`` needs no running daemon.  It runs in a throwaway mount
     namespace with ``<root>/etc/containerd`` bind-mounted over the
@@ -166,7 +168,7 @@ def config_dump(root: Path, version: str) -> dict:
     the test's node holds; nothing of the machine's own containerd is read
     or touched.
     """
-    containerd = containerd_binary(version)
+    containerd = require_tool("containerd") if version is None else containerd_binary(version)
     unshare = require_tool("unshare")
     if not Path("/etc/containerd").is_dir():
         pytest.fail(

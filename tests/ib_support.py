@@ -31,7 +31,7 @@ from mokka import layout
 from mokka.host import Host
 from mokka.simulators.ib import IbSettings, IbSimulator, mad, smp
 from mokka.simulators.ib.relay import Relay
-from mokka.simulators.ib.service import Request
+from mokka.simulators.ib.request import Request
 from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import Clique, Domain, State, Topology

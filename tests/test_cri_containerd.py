@@ -12,7 +12,6 @@ asserted on the parsed drop-in instead.  containerd 1.7 and 2.1 are in
 
 from __future__ import annotations
 
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -22,33 +21,14 @@ from mokka.host import Host
 from mokka.simulators.cri import CriSimulator
 from tests.cri_support import (
     DRIVER_OWNER,
+    config_dump,
     fake_settings,
     h100_state,
     install_fakes,
     seed_containerd_host,
     stage_driver,
 )
-from tests.support import require_tool, snapshot
-
-
-def config_dump(root: Path) -> str:
-    containerd = require_tool("containerd")
-    unshare = require_tool("unshare")
-    if not Path("/etc/containerd").is_dir():
-        pytest.fail(
-            "/etc/containerd is missing: reinstall Debian's containerd package "
-            "(./scripts/install-system-deps)"
-        )
-    script = (
-        f"mount --bind {root}/etc/containerd /etc/containerd && "
-        f"exec {containerd} --config /etc/containerd/config.toml config dump"
-    )
-    result = subprocess.run(
-        [unshare, "--mount", "--propagation", "private", "sh", "-c", script],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+from tests.support import snapshot
 
 
 async def test_containerd_merges_the_dropin(
@@ -63,7 +43,7 @@ async def test_containerd_merges_the_dropin(
     await simulator.apply(host, state)
     assert simulator.readiness.ready
 
-    dump = tomllib.loads(config_dump(node_root))
+    dump = config_dump(node_root)
     assert sorted(dump["imports"]) == [
         "/etc/containerd/conf.d/50-mokka.toml", "/etc/containerd/config.toml",
     ]
@@ -87,7 +67,7 @@ async def test_containerd_merges_the_dropin(
     await simulator.discard(host)
     host.discard(DRIVER_OWNER)
     # After revoke containerd no longer sees the runtime: the import matches nothing.
-    dump = tomllib.loads(config_dump(node_root))
+    dump = config_dump(node_root)
     assert "nvidia" not in dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
     assert fakes.systemctl_calls()[-1] == ["restart", "--no-block", "containerd"]
     host.discard_all()

@@ -30,9 +30,10 @@ from mokka.simulators.ib.counters import CounterError, change_counters
 from mokka.simulators.ib.fabric import SPINE, UPLINK, Fabric, Walked
 from mokka.simulators.ib.hca import plan_hcas
 from mokka.simulators.ib.mockib import RUN_OWNER, SOCKET_DIR, UMAD_SOCKET
-from mokka.simulators.ib.service import Request, _listen
+from mokka.simulators.ib.request import Request
 from mokka.simulators.ib.settings import IbSettings
 from mokka.simulators.ib.tools import IB_PREFIXES
+from mokka.simulators.ib.umadsocket import listen
 from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.model import Clique, Domain, State, Topology
 from tests.daemon_support import PROCESS_TIMEOUT, kill_daemon, running_daemon
@@ -309,7 +310,7 @@ async def test_a_socket_no_manifest_records_is_replaced(node_root: Path, native_
     state = state_of("gb200")
     sim = await stage_with_pcibus(host, state)
     socket_file = node_root / UMAD_SOCKET.lstrip("/")
-    stale, dirfd, _ = _listen(socket_file)  # bound, then abandoned as by a kill
+    stale, dirfd, _ = listen(socket_file)  # bound, then abandoned as by a kill
     stale.close()
     os.close(dirfd)
     assert socket_file.is_socket()

@@ -26,15 +26,9 @@ import pytest
 import trio
 import trio.testing
 
-from mokka.simulators.ib import lids, mad, relay
-from mokka.simulators.ib.relay import (
-    HELLO_TIMEOUT,
-    MAGIC,
-    MAX_UNVERIFIED,
-    NONCE_SIZE,
-    SEND_TIMEOUT,
-    Channel,
-)
+from mokka.simulators.ib import lids, mad, relay, relaykeys, relaywire
+from mokka.simulators.ib.relay import HELLO_TIMEOUT, MAX_UNVERIFIED, SEND_TIMEOUT
+from mokka.simulators.ib.relaywire import MAGIC, NONCE_SIZE, Channel
 from tests.daemon_support import daemon_env
 from tests.ib_support import (
     counter_file,
@@ -99,7 +93,7 @@ async def test_hostile_frames_drop_only_their_connection(
                             await channel.stream.send_all(data)
                         assert await read_to_end(channel.stream) == b"", name
             # Huge and impossible lengths, before anything else.
-            for length in (relay.MAX_MESSAGE + 1, 0xFFFFFFFF):
+            for length in (relaywire.MAX_MESSAGE + 1, 0xFFFFFFFF):
                 back = await plain_stranger(a.port, MAGIC + bytes(NONCE_SIZE)
                                             + length.to_bytes(4, "big") + b"x" * 100)
                 assert len(back) == GREETING
@@ -154,7 +148,7 @@ async def test_a_connection_without_a_hello_is_dropped_at_the_deadline(
                     else:
                         # One byte a second: a greeting, then a frame that says
                         # 64 KiB and never gets there.
-                        data = MAGIC + bytes(NONCE_SIZE) + relay.MAX_MESSAGE.to_bytes(4, "big")
+                        data = MAGIC + bytes(NONCE_SIZE) + relaywire.MAX_MESSAGE.to_bytes(4, "big")
                         if trickle == "endless-frame":
                             await stream.send_all(data)
                             data = b"x" * 1000
@@ -226,9 +220,9 @@ async def accept_as(stream: trio.SocketStream, key_file: Path,
     """The acceptor's side of the handshake as ``node``: its channel and the hello."""
     nonce = bytes(range(NONCE_SIZE))
     await stream.send_all(MAGIC + nonce)
-    theirs = await relay.read_greeting(stream)
-    channel = Channel(stream, relay.session_key(relay.load_keys(key_file)[0], theirs, nonce),
-                      sends=relay.ACCEPTOR)
+    theirs = await relaywire.read_greeting(stream)
+    key = relaykeys.load_keys(key_file)[0]
+    channel = Channel(stream, relaywire.session_key(key, theirs, nonce), sends=relaywire.ACCEPTOR)
     hello = await channel.receive()
     assert hello is not None
     await channel.send({"t": "welcome", "node": node})

@@ -29,13 +29,13 @@ import trio
 
 from mokka.errors import SpecError
 from mokka.simulators.ib import lids, mad, smp
-from mokka.simulators.ib.relay import (
+from mokka.simulators.ib.relay import Relay
+from mokka.simulators.ib.relaykeys import load_keys
+from mokka.simulators.ib.relaywire import (
     DIALLER,
     MAGIC,
     NONCE_SIZE,
     Channel,
-    Relay,
-    load_keys,
     read_greeting,
     session_key,
 )

@@ -27,7 +27,7 @@ import pytest
 import trio
 
 from mokka import cli
-from mokka.simulators.ib import mad, service
+from mokka.simulators.ib import mad, umadsocket
 from mokka.simulators.ib.mockib import UMAD_SOCKET
 from tests.daemon_support import (
     PROCESS_TIMEOUT,
@@ -183,7 +183,7 @@ async def test_the_daemon_raises_its_fd_limit_and_caps_umad_connections(
 ) -> None:
     before = snapshot(node_root)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    cap = min(service.MAX_CONNECTIONS, hard // 4)
+    cap = min(umadsocket.MAX_CONNECTIONS, hard // 4)
     assert hard >= 1024, "the test needs a hard descriptor limit of 1024 or more"
     with soft_fd_limit(256):  # what a shell hands down
         daemon = await start_daemon(
@@ -195,6 +195,7 @@ async def test_the_daemon_raises_its_fd_limit_and_caps_umad_connections(
             await daemon.wait_for_line(r"mock-ib: MADs served at ")
             await daemon.wait_for_line(r"reconcile pass ok generation=1")
             assert open_file_limits(daemon.process.pid) == (hard, hard)
+            held_before = len(os.listdir(f"/proc/{daemon.process.pid}/fd"))
             dirfd, address = umad_address(node_root)
             try:
                 refused = 0
@@ -211,6 +212,14 @@ async def test_the_daemon_raises_its_fd_limit_and_caps_umad_connections(
             for sock in kept:
                 sock.close()
             kept.clear()
+            # The service sees the closes a moment later: until then the cap is
+            # still full and a tool's connection would be refused like the 40
+            # above, so wait for the daemon to hold no more descriptors than
+            # before the flood.
+            fds = Path(f"/proc/{daemon.process.pid}/fd")
+            with trio.fail_after(30):
+                while len(os.listdir(fds)) > held_before:  # noqa: ASYNC110 (another process)
+                    await trio.sleep(0.05)
             done = await tool(node_root, "sminfo", "-t", "1000")
             assert done.returncode == 0, done.stderr
             assert await stop_daemon(daemon, signal.SIGTERM) == 0

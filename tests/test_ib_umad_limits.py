@@ -29,7 +29,7 @@ import trio.testing
 
 from mokka.host import Host
 from mokka.loglimit import LogLimit
-from mokka.simulators.ib import mad, service, smp
+from mokka.simulators.ib import mad, pending, smp, umadsocket
 from mokka.simulators.ib.counters import change_counters
 from mokka.simulators.ib.fabric import SPINE, Walked
 from mokka.simulators.ib.service import MadService
@@ -175,7 +175,7 @@ async def test_fifty_thousand_long_timeout_mads_are_bounded_and_freed(
             statuses: dict[int, int] = {}
 
             async def read_answers() -> None:
-                while len(statuses) < count - service.MAX_PENDING_PER_CONNECTION:
+                while len(statuses) < count - pending.MAX_PENDING_PER_CONNECTION:
                     back = mad.Umad.unpack(await sock.recv(512))
                     statuses[mad.tid(back.mad)] = back.status
 
@@ -186,8 +186,8 @@ async def test_fifty_thousand_long_timeout_mads_are_bounded_and_freed(
                                             tid=tid))
             # The first MAX_PENDING_PER_CONNECTION wait; the rest came back at once.
             assert set(statuses.values()) == {errno.ENOMEM}
-            assert sorted(statuses) == list(range(service.MAX_PENDING_PER_CONNECTION, count))
-            assert svc.pending == service.MAX_PENDING_PER_CONNECTION
+            assert sorted(statuses) == list(range(pending.MAX_PENDING_PER_CONNECTION, count))
+            assert svc.pending == pending.MAX_PENDING_PER_CONNECTION
             assert len(warnings(caplog, "handed back with ENOMEM")) == 1
             await answered(tmp_path)
             # The tool goes: its requests go with it, at once.
@@ -199,7 +199,7 @@ async def test_fifty_thousand_long_timeout_mads_are_bounded_and_freed(
 async def test_the_pending_requests_of_all_tools_are_bounded_together(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service, "MAX_PENDING", 300)
+    monkeypatch.setattr(pending, "MAX_PENDING", 300)
     async with serving(tmp_path) as svc:
         with trio.fail_after(LIMIT):
             first, second = await connect(tmp_path), await connect(tmp_path)
@@ -258,7 +258,7 @@ async def test_a_tool_that_never_reads_is_dropped(
             # Held: the socket's buffer and at most MAX_OUTBOX more.
             assert sent < 10_000
             lines = warnings(caplog, "dropped a tool's connection")
-            assert lines == [f"ib: dropped a tool's connection: it left {service.MAX_OUTBOX} "
+            assert lines == [f"ib: dropped a tool's connection: it left {umadsocket.MAX_OUTBOX} "
                              "answers unread"]
             sock.close()
             await answered(tmp_path)
@@ -272,12 +272,12 @@ async def test_agents_are_bounded_and_their_ids_reused(
         with trio.fail_after(LIMIT):
             sock = await connect(tmp_path)
             replies = []
-            for _ in range(service.MAX_AGENTS + 8):
+            for _ in range(umadsocket.MAX_AGENTS + 8):
                 await sock.send(mad.control_frame(mad.CTL_REGISTER, 0, reg_req))
                 replies.append(mad.parse_reply(await sock.recv(64)))
-            assert replies[: service.MAX_AGENTS] == [
-                (mad.CTL_REGISTER, 0, i) for i in range(service.MAX_AGENTS)]
-            assert set(replies[service.MAX_AGENTS :]) == {(mad.CTL_REGISTER, -errno.ENOMEM, 0)}
+            assert replies[: umadsocket.MAX_AGENTS] == [
+                (mad.CTL_REGISTER, 0, i) for i in range(umadsocket.MAX_AGENTS)]
+            assert set(replies[umadsocket.MAX_AGENTS :]) == {(mad.CTL_REGISTER, -errno.ENOMEM, 0)}
             await sock.send(mad.control_frame(mad.CTL_UNREGISTER, 5))
             assert mad.parse_reply(await sock.recv(64)) == (mad.CTL_UNREGISTER, 0, 0)
             await sock.send(mad.control_frame(mad.CTL_REGISTER, 0, reg_req))
@@ -290,7 +290,7 @@ async def test_connections_past_the_cap_are_refused_with_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    monkeypatch.setattr(service, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(umadsocket, "MAX_CONNECTIONS", 8)
     async with serving(tmp_path) as svc:
         with trio.fail_after(LIMIT):
             kept = [await connect(tmp_path) for _ in range(8)]

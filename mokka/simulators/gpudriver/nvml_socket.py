@@ -64,6 +64,7 @@ from mokka import layout
 from mokka.errors import MokkaError
 from mokka.host import File, Host
 from mokka.loglimit import LogLimit
+from mokka.simulators import unixsocket
 from mokka.simulators.gpudriver import nvml_set
 from mokka.simulators.gpudriver.nvml_setter import APPLY_TIMEOUT, Setter, peer_uid
 
@@ -384,33 +385,10 @@ def remove_stale_socket(host: Host) -> None:
 
 
 def _listen(path: Path) -> tuple[socket.socket, int, str]:
-    """Bind and listen at ``path`` (blocking).
-
-    ``sun_path`` holds 108 bytes and a node root can be deeper, so the
-    socket is bound through its directory's descriptor
-    (``/proc/self/fd/<fd>/<name>``), which stays open until ``_unlisten``.
-    """
-    dirfd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    address = f"/proc/self/fd/{dirfd}/{path.name}"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(address)  # the empty file that recorded it
-        listener.bind(address)
-        os.chmod(address, SOCKET_MODE)
-        listener.listen(MAX_CONNECTIONS)
-        listener.setblocking(False)
-    except BaseException:
-        listener.close()
-        os.close(dirfd)
-        raise
-    return listener, dirfd, address
+    """Bind and listen at ``path`` (blocking): a stream socket anyone may
+    connect to, with a backlog of ``MAX_CONNECTIONS``."""
+    return unixsocket.listen(path, socket.SOCK_STREAM, mode=SOCKET_MODE,
+                             backlog=MAX_CONNECTIONS)
 
 
-def _unlisten(dirfd: int, address: str) -> None:
-    """Remove the socket file and let go of its directory (blocking)."""
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(address)
-    finally:
-        os.close(dirfd)
+_unlisten = unixsocket.unlisten

@@ -17,21 +17,8 @@ document: a hello from a name that is not in the fabric is refused.  The
 relay is the simulator's integrity check between nodes, not a security
 boundary for real InfiniBand (see the threat model in ``docs/ib.md``).
 
-Wire format (version 2).  On connecting, each side sends its greeting,
-40 bytes: ``MAGIC`` (``MKIBRLY2``) and a fresh random 32-byte nonce.  Then
-frames, each::
-
-    length (4 bytes, big-endian: of the body) | body (JSON object) | tag (32 bytes)
-
-    tag     = HMAC-SHA256(session, direction | sequence | body)
-    session = HMAC-SHA256(key, "mokka-ib-relay/2" | dialler's nonce | acceptor's nonce)
-
-``direction`` is one byte, ``D`` on frames the dialler sends, ``A`` on the
-acceptor's; ``sequence`` is the frame's index in its direction, 8 bytes
-big-endian from 0, counted by both ends and never sent.  Both nonces are
-new on every connection, so a frame recorded on one fails on any other;
-the sequence makes a frame replayed, dropped or moved within one fail.  A
-frame that does not verify ends the connection.  The frames:
+The handshakes and the frames are ``relaywire``'s (its docstring has the
+wire format); the key file is ``relaykeys``'s.  The frames:
 
 * ``hello`` (the dialler's frame 0, and again whenever its HCAs change:
   ``announce``): the sender's node name, its fabric node list (must equal
@@ -40,7 +27,7 @@ frame that does not verify ends the connection.  The frames:
   forwarding tables need);
 * ``welcome`` (the acceptor's frame 0, its only one): its node name, sent
   once the hello verified; the dialler counts the peer live on it;
-* ``req``: a MAD for an entity the receiver owns (see ``service.py``);
+* ``req``: a MAD for an entity the receiver owns (see ``request.py``);
 * ``resp``: the answer to a ``req``, sent back on the answerer's own
   dialled connection to the origin, which takes it only from the peer it
   sent that request to.
@@ -55,20 +42,15 @@ most ``MAX_UNVERIFIED`` connections may wait for theirs, each peer keeps
 one accepted stream, a peer that stops reading is dropped after
 ``SEND_TIMEOUT``, and running out of descriptors in ``accept`` backs off
 instead of failing.  What a stream sends that the relay cannot take (a
-bad tag, deep or non-finite JSON, a frame over ``MAX_MESSAGE``) drops that
-stream alone, with one rate-limited log line.
+bad tag, deep or non-finite JSON, a frame over ``relaywire.MAX_MESSAGE``)
+drops that stream alone, with one rate-limited log line.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
-import hmac
-import json
 import logging
 import os
-import secrets
-import stat
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -78,6 +60,9 @@ import trio
 
 from mokka.errors import SpecError
 from mokka.loglimit import LogLimit
+from mokka.simulators.ib import relaywire
+from mokka.simulators.ib.relaykeys import load_keys
+from mokka.simulators.ib.relaywire import Channel, ProtocolError
 
 logger = logging.getLogger(__name__)
 
@@ -93,167 +78,12 @@ MAX_UNVERIFIED = 64
 #: Seconds a send to a peer may take; a peer that stops reading is dropped
 #: (its MADs time out) rather than holding up the service.
 SEND_TIMEOUT = 5.0
-#: A frame body larger than this is a protocol error (a MAD is 256 bytes).
-MAX_MESSAGE = 64 * 1024
 #: First and longest pause of ``accept`` when the process is out of
 #: descriptors (or memory): clients close theirs meanwhile.
 ACCEPT_BACKOFF = (0.1, 2.0)
 _CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-MAGIC = b"MKIBRLY2"
-NONCE_SIZE = 32
-TAG_SIZE = 32
-_LABEL = b"mokka-ib-relay/2"
-DIALLER, ACCEPTOR = b"D", b"A"
-#: The key file: 1 to ``MAX_KEYS`` keys, one a line, each at least
-#: ``MIN_KEY`` bytes (256 bits of a hex or alphanumeric secret).
-MIN_KEY = 32
-MAX_KEYS = 4
-_MAX_KEY_FILE = 4096
 #: HCAs a hello may announce (a node has a few; the bound keeps a hello small).
 MAX_HCAS = 256
-
-
-class ProtocolError(ValueError):
-    """What a relay stream sent cannot be taken: the stream is dropped."""
-
-
-def load_keys(path: Path | None) -> tuple[bytes, ...]:
-    """The fabric keys in ``path``, first the one that signs what this daemon dials.
-
-    Several keys (one a line) let a key be rotated without a gap: an accepted
-    hello may verify under any of them.  Read without blocking (a FIFO at the
-    path cannot stall the relay) and never logged; ``SpecError`` with one line
-    naming the flag, the file and what was expected.
-    """
-    expected = (f"expected 1 to {MAX_KEYS} shared keys of at least {MIN_KEY} bytes, "
-                "one a line (the fabric's relay key)")
-    if path is None:
-        raise SpecError(f"--ib-relay-key-file: not given, {expected}: the relay takes no "
-                        "peer it cannot authenticate")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SpecError(f"--ib-relay-key-file: {path}: cannot open it ({exc.strerror}), "
-                        f"{expected}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SpecError(f"--ib-relay-key-file: {path}: not a regular file, {expected}")
-        data = os.read(fd, _MAX_KEY_FILE + 1)
-    except OSError as exc:
-        raise SpecError(f"--ib-relay-key-file: {path}: cannot read it ({exc.strerror}), "
-                        f"{expected}") from None
-    finally:
-        os.close(fd)
-    keys = tuple(line.strip() for line in data.splitlines() if line.strip())
-    if len(data) > _MAX_KEY_FILE or not 1 <= len(keys) <= MAX_KEYS or any(
-        len(key) < MIN_KEY for key in keys
-    ):
-        found = (f"over {_MAX_KEY_FILE} bytes" if len(data) > _MAX_KEY_FILE else
-                 f"{len(keys)} key(s) of {', '.join(str(len(k)) for k in keys) or 'no'} bytes")
-        raise SpecError(f"--ib-relay-key-file: {path}: {found}, {expected}")
-    return keys
-
-
-def session_key(key: bytes, dialler_nonce: bytes, acceptor_nonce: bytes) -> bytes:
-    """The key of one connection's tags (see the module docstring)."""
-    return hmac.new(key, _LABEL + dialler_nonce + acceptor_nonce, hashlib.sha256).digest()
-
-
-def _tag(session: bytes, direction: bytes, sequence: int, body: bytes) -> bytes:
-    return hmac.new(session, direction + sequence.to_bytes(8, "big") + body,
-                    hashlib.sha256).digest()
-
-
-def _no_constant(name: str) -> Any:
-    raise ProtocolError(f"{name} in a relay message, expected finite numbers")
-
-
-def _decode(body: bytes) -> dict[str, Any]:
-    """A frame body as a JSON object; ``ProtocolError`` for anything else."""
-    try:
-        message = json.loads(body, parse_constant=_no_constant)
-    except RecursionError:
-        raise ProtocolError("relay message nested too deep") from None
-    except ValueError as exc:  # also UnicodeDecodeError, and digits past the int limit
-        raise ProtocolError(f"relay message is not JSON: {exc}") from None
-    if not isinstance(message, dict):
-        raise ProtocolError("relay message is not a JSON object")
-    return message
-
-
-async def _receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes | None:
-    data = bytearray()
-    while len(data) < size:
-        chunk = await stream.receive_some(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-
-async def read_greeting(stream: trio.abc.ReceiveStream) -> bytes:
-    """The other end's nonce; ``ProtocolError`` for anything but a greeting."""
-    data = await _receive_exactly(stream, len(MAGIC) + NONCE_SIZE)
-    if data is None:
-        raise ProtocolError("closed before its greeting")
-    if not data.startswith(MAGIC):
-        raise ProtocolError("no relay greeting (not a mokka-ib relay, or an older one)")
-    return data[len(MAGIC):]
-
-
-async def read_frame(stream: trio.abc.ReceiveStream) -> tuple[bytes, bytes] | None:
-    """The next frame's (body, tag), unverified; ``None`` at end of stream."""
-    head = await _receive_exactly(stream, 4)
-    if head is None:
-        return None
-    size = int.from_bytes(head, "big")
-    if size > MAX_MESSAGE:
-        raise ProtocolError(f"relay message of {size} bytes, expected at most {MAX_MESSAGE}")
-    rest = await _receive_exactly(stream, size + TAG_SIZE)
-    if rest is None:
-        return None
-    return rest[:size], rest[size:]
-
-
-@attrs.define(eq=False)
-class Channel:
-    """One authenticated connection: tags and sequence numbers per direction."""
-
-    stream: trio.SocketStream
-    session: bytes
-    #: direction byte of the frames this end sends (``DIALLER``/``ACCEPTOR``)
-    sends: bytes
-    _sent: int = attrs.field(default=0, init=False)
-    _received: int = attrs.field(default=0, init=False)
-    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
-
-    @property
-    def receives(self) -> bytes:
-        return ACCEPTOR if self.sends == DIALLER else DIALLER
-
-    def verifies(self, body: bytes, tag: bytes) -> bool:
-        """Whether ``tag`` is the next frame's; counts it when it is."""
-        if not hmac.compare_digest(tag, _tag(self.session, self.receives, self._received, body)):
-            return False
-        self._received += 1
-        return True
-
-    async def send(self, message: Mapping[str, Any]) -> None:
-        body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-        async with self._lock:
-            tag = _tag(self.session, self.sends, self._sent, body)
-            self._sent += 1
-            await self.stream.send_all(len(body).to_bytes(4, "big") + body + tag)
-
-    async def receive(self) -> dict[str, Any] | None:
-        """The next verified message, or ``None`` at end of stream."""
-        frame = await read_frame(self.stream)
-        if frame is None:
-            return None
-        if not self.verifies(*frame):
-            raise ProtocolError("a frame failed authentication (another key, or replayed)")
-        return _decode(frame[0])
 
 
 def _guids(message: Mapping[str, Any]) -> dict[int, int]:
@@ -399,12 +229,7 @@ class Relay:
             with trio.fail_after(DIAL_TIMEOUT):
                 key = self._keys()[0]
                 stream = await trio.open_tcp_stream(host, port)
-                nonce = secrets.token_bytes(NONCE_SIZE)
-                await stream.send_all(MAGIC + nonce)
-                theirs = await read_greeting(stream)
-                channel = Channel(stream, session_key(key, nonce, theirs), sends=DIALLER)
-                await channel.send(self.hello())
-                welcome = await channel.receive()
+                channel, welcome = await relaywire.dial(stream, key, self.hello())
                 if welcome != {"t": "welcome", "node": self.nodes[k]}:
                     raise ProtocolError(f"answered {welcome!r:.80}, expected the welcome of "
                                         f"{self.nodes[k]}")
@@ -479,19 +304,7 @@ class Relay:
 
     async def _verify(self, stream: trio.SocketStream) -> tuple[int, Channel]:
         """Greetings, then a hello that verifies under a key of ours; the welcome."""
-        nonce = secrets.token_bytes(NONCE_SIZE)
-        await stream.send_all(MAGIC + nonce)
-        theirs = await read_greeting(stream)
-        frame = await read_frame(stream)
-        if frame is None:
-            raise ProtocolError("closed before its hello")
-        for key in self._keys():
-            channel = Channel(stream, session_key(key, theirs, nonce), sends=ACCEPTOR)
-            if channel.verifies(*frame):
-                break
-        else:
-            raise ProtocolError("its hello does not verify under the fabric key")
-        hello = _decode(frame[0])
+        channel, hello = await relaywire.accept(stream, self._keys)
         k = self._peer_of(hello)
         self._guids[k] = _guids(hello)
         await channel.send({"t": "welcome", "node": self.nodes[self.me]})

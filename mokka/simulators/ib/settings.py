@@ -75,7 +75,7 @@ class IbSettings:
     #: Relay addresses of peers by node name; a peer not named here is dialled
     #: at its node name and ``relay_port`` (host network on a cluster).
     peers: dict[str, tuple[str, int]] = attrs.field(factory=dict, converter=_peers)
-    #: The file holding the fabric's shared relay key (``relay.load_keys``;
+    #: The file holding the fabric's shared relay key (``relaykeys.load_keys``;
     #: a mounted Kubernetes Secret on a cluster).  Read when the relay starts
     #: and for every connection, never logged; the daemon refuses
     #: ``--ib-relay-port`` without it: a relay takes no peer it cannot
