@@ -260,7 +260,7 @@ SCHEMA: dict[str, Any] = {
     "dynamic_metrics": ANY,
     "encoder_stats": ANY,
     "fbc_stats": ANY,
-    "mig": {"mode_current": _str, "mode_pending": _str},
+    "mig": {"mode_current": _str, "mode_pending": _str, "instances": ANY},
 }
 
 #: Fixed when the GPU appears; an override may not change them.  GFD and the

@@ -212,11 +212,17 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice
 
 MOCK_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
+    nvmlReturn_t r;
+    if (mock_mig_name(device, name, length, &r)) /* a MIG device (mig.c) */
+        return r;
     return mock_string_key(device, MOCK_IDENTITY, MOCK_KEY_NAME, name, length);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
+    nvmlReturn_t r;
+    if (mock_mig_uuid(device, uuid, length, &r)) /* a MIG device (mig.c) */
+        return r;
     return mock_string_key(device, MOCK_IDENTITY, MOCK_KEY_UUID, uuid, length);
 }
 

@@ -21,7 +21,9 @@
  *                 built on it, so each NVML getter names only its field
  *   devices.c     device handles, visibility, enumeration and identity
  *   firmware.c    VBIOS, InfoROM (and its black box flush), GSP firmware
- *   modes.c       operating modes (persistence, compute, GOM, ...) and MIG
+ *   modes.c       operating modes (persistence, compute, GOM, ...) and MIG mode
+ *   mig.c         MIG: mode setter, profile tables, GPU/compute instances and
+ *                 MIG device handles
  *   failure.c     per-process failure injection (lost GPUs, ECC storms)
  *   pci.c         PCI identity, bus type, link state, topology and affinity
  *   memory.c      frame buffer, BAR1, ECC, retired pages, remapped rows
@@ -408,6 +410,12 @@ struct nvmlDevice_st {
 extern struct nvmlDevice_st mock_handles[MOCK_MAX_DEVICES] __attribute__((visibility("hidden")));
 
 nvmlDevice_t mock_handle(unsigned pos);
+/* MIG devices (mig.c): whether `device` is a MIG device handle (its GPU's
+ * position, GPU and compute instance ids), and its UUID and name, which
+ * devices.c's getters answer through (1: it was one, *r the answer). */
+int mock_mig_device(nvmlDevice_t device, unsigned *pos, unsigned *gi, unsigned *ci);
+int mock_mig_uuid(nvmlDevice_t device, char *uuid, unsigned int length, nvmlReturn_t *r);
+int mock_mig_name(nvmlDevice_t device, char *name, unsigned int length, nvmlReturn_t *r);
 /* The position a handle stands for; 0 for anything but one of ours. */
 static inline int mock_handle_pos(nvmlDevice_t device, unsigned *pos)
 {

@@ -5,9 +5,9 @@
  * Each mode is a profile field (after overrides), read through the call
  * helpers of call.c; the enums' words are tables here, looked up by
  * mock_enum_field.  Apart from devices.c because a mode is configuration,
- * not identity: these calls are guarded (a lost GPU fails them).  MIG
- * partitions are not simulated: the mode is the profile's, and no MIG
- * device handle is ever handed out.
+ * not identity: these calls are guarded (a lost GPU fails them).  The
+ * MIG mode is the state's (the profile's, changed by nvmlDeviceSetMigMode);
+ * the rest of MIG (instances, MIG device handles) is mig.c's.
  */
 #include "mock.h"
 
@@ -120,8 +120,6 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *cu
     nvmlReturn_t r = mock_mode_pair(device, "mig.mode_current", "mig.mode_pending", &current,
                                     &pending);
     if (r == NVML_SUCCESS) {
-        /* MIG partitions are not simulated: report what the profile says
-         * for the mode, but never hand out MIG device handles. */
         *currentMode = current ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
         *pendingMode = pending ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     }
@@ -144,22 +142,4 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsign
     return r;
 }
 
-MOCK_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
-                                                          nvmlDevice_t *migDevice)
-{
-    (void)index;
-    if (migDevice == NULL)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    if (r != NVML_SUCCESS)
-        return r;
-    mock_end(&c);
-    /* No MIG devices exist: NOT_FOUND is what consumers iterate until. */
-    return NVML_ERROR_NOT_FOUND;
-}
-
-MOCK_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
-{
-    return mock_constant_uint(device, MOCK_IDENTITY, 0, isMigDevice);
-}
+/* MIG device handles: mig.c. */

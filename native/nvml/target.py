@@ -38,6 +38,7 @@ SOURCES = (
     "locate.c",
     "remote.c",
     "setters.c",
+    "mig.c",
     "errors.c",
     "call.c",
     "devices.c",

@@ -37,6 +37,7 @@ from typing import Any
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.simulators.gpudriver.config_lines import flatten, format_line
+from mokka.simulators.gpudriver.mig_config import mig_entries
 from mokka.state.model import Gpu, State
 
 logger = logging.getLogger(__name__)
@@ -329,6 +330,7 @@ def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
     if failure.seed is not None:
         yield "failure.seed", failure.seed
 
+    yield from mig_entries(gpu)
     yield from _link_entries(state, gpu)
 
 

@@ -27,8 +27,8 @@ file and not one of its own.
 This module is the pure half: which requests parse (``parse_set``) and
 what each does to the GPU's fields (``plan``), given the state the daemon
 serves.  The rules are the board's: a power limit within its constraints,
-ECC mode pending until a reset, a reset refused while processes hold the
-GPU.
+ECC mode pending until a reset, MIG mode as the MIG user guide says of the
+board (``_mig_mode``), a reset refused while processes hold the GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from typing import Any
 
 import attrs
 
+from mokka.simulators.gpudriver import mig_layout
+from mokka.state import mig_profiles
 from mokka.state.model import Gpu, State
 from mokka.state.override_doc import device_key
 
@@ -139,6 +141,14 @@ def plan(gpu: Gpu, request: SetRequest, *, processes: int) -> Change:
     if key in ("locked_gpu_clocks", "locked_memory_clocks"):
         kind = "graphics" if key == "locked_gpu_clocks" else "memory"
         return Change({"clocks": _locked_clocks(_block(fields, "clocks"), kind, value)})
+    if key == "mig_mode":
+        return _mig_mode(gpu, value, processes)
+    if key in mig_layout.KEYS:
+        try:
+            layout = mig_layout.plan(gpu.name, _block(fields, "mig"), key, value)
+        except mig_layout.LayoutRefusal as refusal:
+            raise Refusal(refusal.code, refusal.reason) from None
+        return Change({"mig": {"instances": layout}})
     ecc = _block(fields, "ecc")
     if key in ("ecc_mode", "ecc_counts") and ecc.get("mode_current") is None:
         raise Refusal(NOT_SUPPORTED, "the board has no ECC")
@@ -159,8 +169,31 @@ def plan(gpu: Gpu, request: SetRequest, *, processes: int) -> Change:
             volatile = _zeros(_block(ecc, "errors").get("volatile"))
             patch["ecc"] = {"mode_current": pending, "mode_pending": pending,
                             **({"errors": {"volatile": volatile}} if volatile else {})}
+        mig = _block(fields, "mig")
+        if mig.get("mode_current") is not None:
+            pending = mig.get("mode_pending") or mig["mode_current"]
+            patch["mig"] = {"mode_current": pending, "mode_pending": pending}
         return Change(patch)
     raise Refusal(NOT_SUPPORTED, f"no setter {key!r}")
+
+
+def _mig_mode(gpu: Gpu, value: str, processes: int) -> Change:
+    """MIG mode: at once on an idle board that resets itself, else pending.
+
+    The A100 applies a MIG mode change at the next reset ("Deployment
+    Considerations" in the MIG user guide); later boards reset themselves
+    when no process holds the GPU, and keep the change pending while one
+    does (nvidia-smi's "pending enable state ... In use by another client").
+    """
+    _choice(value, _ENABLE)
+    table = mig_profiles.board(gpu.name)
+    if _block(gpu.fields, "mig").get("mode_current") is None or table is None:
+        raise Refusal(NOT_SUPPORTED, "the board is not MIG capable")
+    if value == "disabled" and mig_layout.instances(_block(gpu.fields, "mig")):
+        raise Refusal(IN_USE, "GPU instances exist")
+    if table.reset_for_mode or processes:
+        return Change({"mig": {"mode_pending": value}})
+    return Change({"mig": {"mode_current": value, "mode_pending": value}})
 
 
 def _choice(value: str, allowed: tuple[str, ...]) -> None:

@@ -74,6 +74,9 @@ class Setter:
     _writes: Counter[tuple[str, str]] = attrs.field(factory=Counter, init=False)
     _lock: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1),
                                               init=False)
+    #: MIG layout requests one at a time, each planned against the state the
+    #: previous one left: two creates racing must not both take one placement
+    _layout_lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     def deliver(self, state: State) -> None:
         """The state of the pass just applied (``GpuDriverSimulator.reload``)."""
@@ -83,6 +86,12 @@ class Setter:
 
     async def handle(self, request: SetRequest, uid: int | None) -> tuple[int, str]:
         """``(0, "")`` once the change is in force, else an NVML code and why."""
+        if request.key.startswith("mig_"):
+            async with self._layout_lock:
+                return await self._handle(request, uid)
+        return await self._handle(request, uid)
+
+    async def _handle(self, request: SetRequest, uid: int | None) -> tuple[int, str]:
         if uid != 0:
             return nvml_set.NO_PERMISSION, "only root may change the GPU"
         state = self.state
