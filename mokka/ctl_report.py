@@ -15,6 +15,7 @@ daemon's part (``mokka.ctl_daemon``).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -35,43 +36,45 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
+def _fail_text(args: argparse.Namespace) -> str:
+    triggers = [f"after {args.after_calls} guarded NVML calls"
+                if args.after_calls is not None else "",
+                f"with probability {_number(args.probability)}"
+                if args.probability is not None else "",
+                f"seed {args.seed}" if args.seed is not None else ""]
+    text = f"failure mode {args.mode}"
+    text += "".join(f", {t}" for t in triggers if t)
+    return text + (f", Xid {args.xid}" if args.xid is not None else "")
+
+
+def _optional(value: object, text: str) -> str:
+    """``text`` when the flag was given, else nothing."""
+    return "" if value is None else text
+
+
+#: Each writing verb's change in its own units, from its parsed flags.
+_SAID: dict[str, Callable[[argparse.Namespace], str]] = {
+    "fail": _fail_text,
+    "xid": lambda a: f"Xid {a.code} raised",
+    "temp": lambda a: f"temperature {a.celsius} C",
+    "power": lambda a: f"power draw {_number(a.watts)} W",
+    "util": lambda a: (f"utilization gpu {a.gpu_pct} %"
+                       + _optional(a.mem_pct, f", memory {a.mem_pct} %")),
+    "clocks": lambda a: (f"clocks graphics and SM {a.graphics} MHz"
+                         + _optional(a.memory, f", memory {a.memory} MHz")),
+    "throttle": lambda a: f"clocks event reasons {a.reasons.strip() or 'none'}",
+    "pstate": lambda a: f"performance state {a.state.strip().upper()}",
+    "nvlink-error": lambda a: f"NVLink {a.link}: {a.count} error(s) added",
+    "fabric-health": lambda a: f"fabric health {a.state.strip().lower().replace('-', '_')}",
+    "set": lambda a: ", ".join(text.strip() for text in a.assignments),
+    "reset": lambda a: "overrides removed",
+}
+
+
 def change_text(args: argparse.Namespace) -> str:
     """What the verb's flags change, in the verb's units (``temperature 70 C``)."""
-    verb = args.verb
-    if verb == "fail":
-        triggers = [f"after {args.after_calls} guarded NVML calls"
-                    if args.after_calls is not None else "",
-                    f"with probability {_number(args.probability)}"
-                    if args.probability is not None else "",
-                    f"seed {args.seed}" if args.seed is not None else ""]
-        text = f"failure mode {args.mode}"
-        text += "".join(f", {t}" for t in triggers if t)
-        return text + (f", Xid {args.xid}" if args.xid is not None else "")
-    if verb == "xid":
-        return f"Xid {args.code} raised"
-    if verb == "temp":
-        return f"temperature {args.celsius} C"
-    if verb == "power":
-        return f"power draw {_number(args.watts)} W"
-    if verb == "util":
-        memory = "" if args.mem_pct is None else f", memory {args.mem_pct} %"
-        return f"utilization gpu {args.gpu_pct} %{memory}"
-    if verb == "clocks":
-        memory = "" if args.memory is None else f", memory {args.memory} MHz"
-        return f"clocks graphics and SM {args.graphics} MHz{memory}"
-    if verb == "throttle":
-        return f"clocks event reasons {args.reasons.strip() or 'none'}"
-    if verb == "pstate":
-        return f"performance state {args.state.strip().upper()}"
-    if verb == "nvlink-error":
-        return f"NVLink {args.link}: {args.count} error(s) added"
-    if verb == "fabric-health":
-        return f"fabric health {args.state.strip().lower().replace('-', '_')}"
-    if verb == "set":
-        return ", ".join(text.strip() for text in args.assignments)
-    if verb == "reset":
-        return "overrides removed"
-    return verb
+    said = _SAID.get(args.verb)
+    return args.verb if said is None else said(args)
 
 
 def daemon_text(root: Path | None, holder: int | OSError | None) -> str:
