@@ -213,7 +213,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice
 MOCK_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     nvmlReturn_t r;
-    if (mock_mig_name(device, name, length, &r)) /* a MIG device (mig.c) */
+    if (mock_mig_name(device, name, length, &r)) /* a MIG device (mig_devices.c) */
         return r;
     return mock_string_key(device, MOCK_IDENTITY, MOCK_KEY_NAME, name, length);
 }
@@ -221,7 +221,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigne
 MOCK_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     nvmlReturn_t r;
-    if (mock_mig_uuid(device, uuid, length, &r)) /* a MIG device (mig.c) */
+    if (mock_mig_uuid(device, uuid, length, &r)) /* a MIG device (mig_devices.c) */
         return r;
     return mock_string_key(device, MOCK_IDENTITY, MOCK_KEY_UUID, uuid, length);
 }

@@ -91,7 +91,7 @@ static inline void instant_now(struct instant *now)
         return;
     }
     now->pinned = -1;
-    now->key = mock_call_clock(); /* the call's clock (library.c): one read serves the call */
+    now->key = mock_call_clock(); /* the call's clock (snapshot.c): one read serves the call */
 }
 
 /* Seconds since the epoch. */

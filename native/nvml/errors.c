@@ -2,8 +2,9 @@
  * nvmlErrorString: the text of each nvmlReturn_t, worded as NVIDIA's
  * library words it (nvidia-smi prints these, and clients match on them).
  *
- * Apart from library.c because it is a table, not state: it answers
- * before nvmlInit and after nvmlShutdown alike.
+ * Apart from the library's state (library.c and the files library.h
+ * lists) because it is a table, not state: it answers before nvmlInit
+ * and after nvmlShutdown alike.
  */
 #include "mock.h"
 

@@ -6,10 +6,11 @@
  *
  * A library at <driver root>/usr/lib64/ reads <driver root>/config/
  * config.yaml, so a process that mounts only the driver root (the DRA
- * kubelet plugin) still finds it.  Apart from library.c because this is
- * the environment's and the file system's say, read once at nvmlInit:
- * library.c keeps the state (snapshots, the lock, the hot path) and asks
- * here only where to look.
+ * kubelet plugin) still finds it.  Apart from the library's state
+ * (library.c, snapshot.c, notice.c, refresh.c) because this is the
+ * environment's and the file system's say, read once at nvmlInit: those
+ * keep the state (snapshots, the lock, the hot path, the change notice,
+ * re-reading) and ask here only where to look.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

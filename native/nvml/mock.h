@@ -9,9 +9,11 @@
  *                 the per-snapshot key table (MOCK_KEYS) the hot getters read
  *   values.c      what a value means (numbers, booleans, enum words) and the
  *                 typed lookups of a device field built on them
- *   library.c     init/shutdown reference count, the current snapshot
- *                 (served without a lock), the change notice, change
- *                 detection and re-reading
+ *   library.c,    the library's state (their shared internals are in
+ *   snapshot.c,   library.h): init/shutdown reference count and the lock;
+ *   notice.c,     the current snapshot, its references and the lock-free
+ *   refresh.c     hot path; the change notice; the re-read schedule,
+ *                 change detection and re-reading
  *   remote.c      the engine config and workload file over the node
  *                 daemon's socket, for a library with no config beside it
  *   locate.c      where the config and its change notice are, how often
@@ -22,8 +24,11 @@
  *   devices.c     device handles, visibility, enumeration and identity
  *   firmware.c    VBIOS, InfoROM (and its black box flush), GSP firmware
  *   modes.c       operating modes (persistence, compute, GOM, ...) and MIG mode
- *   mig.c         MIG: mode setter, profile tables, GPU/compute instances and
- *                 MIG device handles
+ *   mig.c,        MIG: the mode setter and the instance layout (mig.c),
+ *   mig_*.c       the profile table (mig_profiles.c), GPU and compute
+ *                 instances (mig_gpu_instances.c, mig_compute_instances.c)
+ *                 and MIG device handles (mig_devices.c); their shared
+ *                 internals are in mig.h
  *   failure.c     per-process failure injection (lost GPUs, ECC storms)
  *   pci.c         PCI identity, bus type, link state, topology and affinity
  *   memory.c      frame buffer, BAR1, ECC, retired pages, remapped rows
@@ -54,7 +59,7 @@
  *
  * Snapshots are immutable and reference counted, so a call works on one
  * consistent config even while another thread swaps in a newer one; the
- * library notices a new config through the change notice (library.c) and
+ * library notices a new config through the change notice (notice.c) and
  * serves the current one without a lock.
  */
 #ifndef MOCK_NVML_MOCK_H
@@ -167,7 +172,7 @@ struct mock_slot {
 
 struct mock_config {
     /* atomic; the library's current pointer holds one, and so does each
-     * thread that last used this snapshot (library.c) */
+     * thread that last used this snapshot (snapshot.c) */
     int refs;
     char *text;                  /* owned copy of the file, split in place */
     struct mock_entry *entries;  /* sorted by key, unique keys */
@@ -307,7 +312,7 @@ nvmlReturn_t mock_copy_out(const char *value, char *buf, unsigned int length);
  * copy stays well-formed UTF-8 as the value is (config.c). */
 void mock_truncate_copy(const char *value, char *buf, unsigned int length);
 
-/* ----------------------------------------------------------- library.c */
+/* ------------------------------------------------ refresh.c, locate.c */
 
 /* How often (at most) the config file is stat'ed for changes, unless
  * MOCK_NVML_RECHECK_INTERVAL_MS says otherwise (0: at every call). */
@@ -371,13 +376,13 @@ nvmlReturn_t mock_remote_set(const char *path, const char *uuid, const char *key
  * words of docs/nvml.md "Setters"): NO_PERMISSION for a caller that is not
  * root, without asking; else the daemon's answer. */
 nvmlReturn_t mock_set_device(nvmlDevice_t device, const char *key, const char *value);
-/* Makes the next call re-read the engine config (library.c): a setter's
+/* Makes the next call re-read the engine config (refresh.c): a setter's
  * change shows in the caller's own next query. */
 void mock_recheck_now(void);
 
 /* The current snapshot, NULL when not initialized.  No lock and no
  * reference count on the way: the calling thread's own reference keeps it
- * alive until its next call (library.c).  Release it with mock_release, on
+ * alive until its next call (snapshot.c).  Release it with mock_release, on
  * the same thread; a call made inside a call gets the outer call's. */
 struct mock_config *mock_acquire(void);
 /* Ends mock_acquire's use, or drops a reference (a workload snapshot). */
@@ -410,7 +415,7 @@ struct nvmlDevice_st {
 extern struct nvmlDevice_st mock_handles[MOCK_MAX_DEVICES] __attribute__((visibility("hidden")));
 
 nvmlDevice_t mock_handle(unsigned pos);
-/* MIG devices (mig.c): whether `device` is a MIG device handle (its GPU's
+/* MIG devices (mig_devices.c): whether `device` is a MIG device handle (its GPU's
  * position, GPU and compute instance ids), and its UUID and name, which
  * devices.c's getters answer through (1: it was one, *r the answer). */
 int mock_mig_device(nvmlDevice_t device, unsigned *pos, unsigned *gi, unsigned *ci);

@@ -7,7 +7,7 @@
  * mock_enum_field.  Apart from devices.c because a mode is configuration,
  * not identity: these calls are guarded (a lost GPU fails them).  The
  * MIG mode is the state's (the profile's, changed by nvmlDeviceSetMigMode);
- * the rest of MIG (instances, MIG device handles) is mig.c's.
+ * the rest of MIG (instances, MIG device handles) is mig*.c's (mig.h).
  */
 #include "mock.h"
 
@@ -142,4 +142,4 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsign
     return r;
 }
 
-/* MIG device handles: mig.c. */
+/* MIG device handles: mig_devices.c. */

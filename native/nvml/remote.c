@@ -148,40 +148,56 @@ static int connect_to(const char *path, const struct timespec *deadline)
     return -1;
 }
 
-static int send_all(int fd, const char *buf, size_t len, const struct timespec *deadline)
+/* Moves exactly `len` bytes over `fd`: sends them from `out`, or, when
+ * `out` is NULL, receives them into `in`.  A socket that is not ready is
+ * waited for until the deadline; 0: the peer closed early, failed or was
+ * too slow. */
+static int transfer_all(int fd, const char *out, char *in, size_t len,
+                        const struct timespec *deadline)
 {
-    while (len > 0) {
-        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+    short events = out != NULL ? POLLOUT : POLLIN;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = out != NULL ? send(fd, out + done, len - done, MSG_NOSIGNAL)
+                                : recv(fd, in + done, len - done, 0);
         if (n > 0) {
-            buf += n;
-            len -= (size_t)n;
+            done += (size_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(fd, POLLOUT, deadline))
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(fd, events, deadline))
             continue;
         return 0;
     }
     return 1;
 }
 
+static int send_all(int fd, const char *buf, size_t len, const struct timespec *deadline)
+{
+    return transfer_all(fd, buf, NULL, len, deadline);
+}
+
 /* Reads exactly `len` bytes (0: the peer closed early, failed or was too slow). */
 static int recv_all(int fd, char *buf, size_t len, const struct timespec *deadline)
 {
-    while (len > 0) {
-        ssize_t n = recv(fd, buf, len, 0);
-        if (n > 0) {
-            buf += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(fd, POLLIN, deadline))
-            continue;
-        return 0;
+    return transfer_all(fd, NULL, buf, len, deadline);
+}
+
+/* Reads one line of at most MAX_HEADER bytes a byte at a time up to its
+ * newline, so what follows it is never read into `line`; NUL-terminates
+ * it in place of the newline.  0: no line by the deadline. */
+static int recv_line(int fd, char line[MAX_HEADER + 1], const struct timespec *deadline)
+{
+    size_t got = 0;
+    for (;;) {
+        if (got == MAX_HEADER || !recv_all(fd, line + got, 1, deadline))
+            return 0;
+        if (line[got] == '\n')
+            break;
+        got++;
     }
+    line[got] = '\0';
     return 1;
 }
 
@@ -257,18 +273,9 @@ int mock_remote_fetch(const char *path, const char *have, struct mock_remote_rep
      * that follows is never read into the header's buffer (a few dozen
      * system calls, four times a second at most). */
     char header[MAX_HEADER + 1];
-    size_t got = 0;
     int result = -1;
-    if (!send_all(fd, request, (size_t)len, &deadline))
+    if (!send_all(fd, request, (size_t)len, &deadline) || !recv_line(fd, header, &deadline))
         goto out;
-    for (;;) {
-        if (got == MAX_HEADER || !recv_all(fd, header + got, 1, &deadline))
-            goto out;
-        if (header[got] == '\n')
-            break;
-        got++;
-    }
-    header[got] = '\0';
     size_t config_len = 0, workload_len = 0;
     char token[MOCK_REMOTE_TOKEN + 1];
     int kind = parse_header(header, token, &config_len, &workload_len);
@@ -337,17 +344,8 @@ nvmlReturn_t mock_remote_set(const char *path, const char *uuid, const char *key
     }
     nvmlReturn_t result = NVML_ERROR_UNKNOWN;
     char line[MAX_HEADER + 1];
-    size_t got = 0;
-    if (!send_all(fd, request, (size_t)len, &deadline))
+    if (!send_all(fd, request, (size_t)len, &deadline) || !recv_line(fd, line, &deadline))
         goto out;
-    for (;;) {
-        if (got == MAX_HEADER || !recv_all(fd, line + got, 1, &deadline))
-            goto out;
-        if (line[got] == '\n')
-            break;
-        got++;
-    }
-    line[got] = '\0';
     result = parse_set_answer(line);
 out:
     close(fd);

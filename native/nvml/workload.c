@@ -6,7 +6,7 @@
  * `process.<k>.pid` / `.name`, plus the memory share and utilization each
  * holder adds.  It sits beside the engine config and is re-read on the same
  * schedule: at the next call after the change notice's counter moves,
- * else stat'ed at most once a second (library.c decides, and counts its
+ * else stat'ed at most once a second (refresh.c decides, and counts its
  * checks: mock_check_count).  A missing file means every
  * GPU is idle; a damaged one is ignored (idle too) with a MOCK_NVML_DEBUG
  * message: a workload never fails nvmlInit or a call.  A library that
