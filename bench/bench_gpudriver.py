@@ -21,7 +21,7 @@ from pathlib import Path
 import trio
 from fsfloor import read_tree, write_floor
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.state.compile import compile_profile
 

@@ -16,7 +16,7 @@ stages it):
 * ``mokka ctl status``, ``temp --gpu 0``, ``temp --gpu <UUID>``, ``xid``
   and ``--help``, each as ``python -m mokka ctl ...`` (what the ``mokka``
   console script runs), on a node whose overrides file an earlier call
-  recorded (``mokka.ctl_records``: every call but the first after the
+  recorded (``mokka.ctl.records``: every call but the first after the
   agent's start);
 * ``temp --gpu 0`` as the first call after the agent's start: the file and
   its lock not yet recorded (the agent's reset, ``Host.discard`` of both
@@ -53,8 +53,8 @@ from pathlib import Path
 import nodes
 from figures import report
 
-from mokka.host import Host
 from mokka.layout import CONFIG_DIR, ENGINE_CONFIG, FABRIC_READY_MARKER
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile
 from mokka.state.overrides import MANIFEST_OWNERS

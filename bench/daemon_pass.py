@@ -31,7 +31,7 @@ import trio
 
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.base import Readiness
 from mokka.state.model import State, System
 

@@ -33,7 +33,7 @@ import trio
 import yaml
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.ib import IbSettings, IbSimulator, lids
 from mokka.simulators.pcibus import PcibusSimulator
 from mokka.state.compile import compile_profile

@@ -27,7 +27,7 @@ from mokka import cli
 from mokka.daemon.command import build_simulators
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.teardown import teardown
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.state.compile import compile_profile
 
 #: What ``python -m bench --quick`` passes.

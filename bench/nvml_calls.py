@@ -47,7 +47,7 @@ from figures import percentile, report
 from nvml_init import HARNESS_PRELUDE, build_harnesses
 
 from mokka import layout
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from mokka.simulators.gpudriver import notice
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile

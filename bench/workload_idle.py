@@ -29,7 +29,7 @@ from pathlib import Path
 import trio
 from figures import report
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
 from mokka.state.compile import compile_profile
 

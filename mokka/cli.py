@@ -36,8 +36,8 @@ from mokka.helpformat import Formatter
 COMMAND_MODULES: dict[str, str] = {
     "daemon": "mokka.daemon.command",
     "cleanup": "mokka.daemon.command",
-    "ctl": "mokka.ctl",
-    "fabricmanager-ctl": "mokka.fabricmanager_ctl",
+    "ctl": "mokka.ctl.command",
+    "fabricmanager-ctl": "mokka.ctl.fabricmanager",
 }
 #: Modules providing subcommands, in the order ``--help`` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMAND_MODULES.values()))

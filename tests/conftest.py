@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mokka.ctl import NO_DAEMON_OK_ENV
-from mokka.host import Host
+from mokka.ctl.command import NO_DAEMON_OK_ENV
+from mokka.noderoot.host import Host
 from tests.nvml_support import compiler, load_target
 from tests.support import real_nvidia_smi
 

@@ -24,8 +24,8 @@ import referencing.jsonschema
 import yaml
 
 from mokka import layout
-from mokka.commands import SubprocessRunner
-from mokka.host import Artifact, CharDevice, Directory, File, Host, Symlink
+from mokka.noderoot.commands import SubprocessRunner
+from mokka.noderoot.host import Artifact, CharDevice, Directory, File, Host, Symlink
 from mokka.simulators.cri.settings import CriSettings
 from mokka.state.model import Fabric, Gpu, Nvlink, NvlinkSwitch, State, System
 from tests import consumers

@@ -20,7 +20,7 @@ import trio
 import trio.lowlevel
 import trio_util
 
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from mokka.simulators.base import Readiness
 from mokka.state.model import Gpu, State, System
 from mokka.state.sources.base import SourceUpdate

@@ -156,7 +156,7 @@ class _Injector:
                 if self.change_path is None:
                     self.phase = "idle"
                     if self.ctl_argv is not None:
-                        from mokka import ctl
+                        from mokka.ctl import command as ctl
 
                         if ctl.main(self.ctl_argv) != 0:
                             raise AssertionError(f"mokka ctl {self.ctl_argv} failed")

@@ -15,7 +15,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
@@ -133,7 +133,7 @@ CHILD = r"""
 import json, os, pickle, sys
 import trio
 from pathlib import Path
-from mokka.host import Host, SubprocessRunner
+from mokka.noderoot.host import Host, SubprocessRunner
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.simulators.gpudriver import publish
 

@@ -28,7 +28,7 @@ import trio
 import yaml
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.ib import IbSettings, IbSimulator, mad, smp
 from mokka.simulators.ib.relay import Relay
 from mokka.simulators.ib.request import Request

@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import trio
 
     from mokka import layout
-    from mokka.host import Host
+    from mokka.noderoot.host import Host
     from tests.ib_support import stage, state_of
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

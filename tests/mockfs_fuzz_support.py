@@ -425,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import trio
 
     from mokka import layout
-    from mokka.host import Host
+    from mokka.noderoot.host import Host
     from mokka.simulators.pcibus import PcibusSettings, PcibusSimulator
     from tests.test_pcibus import h100_state
 

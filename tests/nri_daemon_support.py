@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.nri import NriSettings, NriSimulator
 from mokka.state.compile import compile_profile
 from tests.nri_support import PluginProcess, serve_until_sigterm

@@ -41,7 +41,7 @@ def node_path(root: Path, node_path: str) -> Path:
 def state_with_overrides(profile: str, where: Path, *ctl_calls: list[str]) -> State:
     """``profile`` compiled with the overrides file the ``mokka ctl`` calls (verb and
     arguments each) write under ``where``."""
-    from mokka import ctl
+    from mokka.ctl import command as ctl
     from mokka.state.compile import compile_profile
 
     overrides = where / "overrides.yaml"

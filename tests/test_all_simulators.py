@@ -30,7 +30,7 @@ from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
 from mokka.errors import SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.base import Daemon
 from mokka.state.compile import compile_profile
 from mokka.state.profile import read_profile_text

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from mokka import backups
 from mokka.errors import HostPathError, UntrustedBookkeepingError
-from mokka.host import STATE_DIR, Directory, File, Host, Symlink
 from mokka.layout import CONFIG_DIR
-from mokka.manifest import Manifest
+from mokka.noderoot import backups
+from mokka.noderoot.host import STATE_DIR, Directory, File, Host, Symlink
+from mokka.noderoot.manifest import Manifest
 from mokka.state import overrides
 from tests.support import snapshot
 

@@ -22,7 +22,7 @@ from tests.daemon_support import PROCESS_TIMEOUT, daemon_env
 pytestmark = pytest.mark.timeout(60)
 
 #: Never loaded to print a version or the command list.
-HEAVY = ("mokka.daemon", "mokka.simulators", "mokka.ctl", "mokka.fabricmanager_ctl",
+HEAVY = ("mokka.daemon", "mokka.simulators", "mokka.ctl", "mokka.ctl.fabricmanager",
          "mokka.state", "trio", "attrs", "yaml", "hypercorn", "prometheus_client", "grpc")
 #: ``--version`` reads the version without ``importlib.metadata`` (``cli.package_version``).
 VERSION_NEVER = (*HEAVY, "importlib.metadata", "email", "zipfile")

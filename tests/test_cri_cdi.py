@@ -16,7 +16,7 @@ import pytest
 
 from mokka import layout
 from mokka.errors import ApplyError, SpecError
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from mokka.simulators import registry
 from mokka.simulators.base import Applier, Simulator
 from mokka.simulators.cri import PLUGIN, CriSettings, CriSimulator, cdi

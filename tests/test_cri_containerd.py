@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.cri import CriSimulator
 from tests.cri_support import (
     DRIVER_OWNER,

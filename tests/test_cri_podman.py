@@ -15,7 +15,7 @@ import pytest
 
 from mokka import native
 from mokka.errors import ApplyError, NativeArtifactMissing
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.cri import CriSimulator
 from mokka.simulators.fabricmanager import FabricManagerSimulator
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mokka.daemon import waves
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.cri import CriSimulator, mainconfig
 from tests.cri_support import (
     DRIVER_OWNER,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mokka.errors import CommandError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.cri import CriSettings, CriSimulator, mainconfig, tomlwriter
 from mokka.simulators.cri import runtime as runtime_mod
 from tests.cri_support import (

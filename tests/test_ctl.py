@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mokka import cli, ctl
+from mokka import cli
+from mokka.ctl import command as ctl
 from mokka.layout import CONFIG_DIR, OVERRIDES
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile
@@ -170,7 +171,7 @@ def test_status_table_and_json(file: Path, capsys) -> None:
     assert capsys.readouterr().out == f"no overrides in {file}\n"
     run(file, "temp", "--gpu", "all", "--celsius", "70")
     run(file, "fail", "--gpu", "0", "--mode", "lost")
-    # each write says what it changed (``mokka.ctl_report``); status only shows
+    # each write says what it changed (``mokka.ctl.report``); status only shows
     assert capsys.readouterr().out.splitlines() == [
         "every GPU: temperature 70 C; written to --file; whether a daemon reads it is not checked",
         "gpu 0: failure mode lost; written to --file; whether a daemon reads it is not checked",
@@ -226,7 +227,7 @@ def test_location_may_stand_before_the_verb(tmp_path: Path) -> None:
 
 WRITER = """
 import sys
-from mokka import ctl
+from mokka.ctl import command as ctl
 path, gpu = sys.argv[1], sys.argv[2]
 for code in range(1, 21):
     assert ctl.main(["xid", "--file", path, "--gpu", gpu, "--code", str(code)]) == 0

@@ -1,7 +1,7 @@
 """``mokka ctl`` calls at once under a node root, and the daemon's reset beside them.
 
 Under a root every call converges two ``Host`` owners (the overrides
-file's lock, then the file: ``mokka.ctl.change``), and the lock's converge
+file's lock, then the file: ``mokka.ctl.command.change``), and the lock's converge
 cannot run under the lock it makes.  Calls at once used to converge it
 together: one compacted the owner's manifest while another's temp snapshot
 was renamed away, and a call failed with exit 1, its change lost.  Each now
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from mokka import ctl
+from mokka.ctl import command as ctl
 from mokka.daemon.command import _reset_overrides
-from mokka.host import File, Host
 from mokka.layout import CONFIG_DIR, OVERRIDES
+from mokka.noderoot.host import File, Host
 from mokka.state import overrides
 from mokka.state.overrides import MANIFEST_OWNERS, load_overrides
 from tests.daemon_support import PROCESS_TIMEOUT, daemon_env

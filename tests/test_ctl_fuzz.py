@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from mokka import ctl, ctl_edits, ctl_verbs
+from mokka.ctl import command as ctl
+from mokka.ctl import edits as ctl_edits
+from mokka.ctl import verbs as ctl_verbs
 from mokka.errors import SpecError
 from mokka.layout import CONFIG_DIR, ENGINE_CONFIG, OVERRIDES
 from mokka.simulators.gpudriver.engine_config import render_engine_config

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mokka import ctl, ctl_targets, ctl_verbs
+from mokka.ctl import command as ctl
+from mokka.ctl import targets as ctl_targets
+from mokka.ctl import verbs as ctl_verbs
 from mokka.layout import CONFIG_DIR, OVERRIDES
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile

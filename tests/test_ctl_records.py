@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from mokka import ctl, ctl_records
+from mokka.ctl import command as ctl
+from mokka.ctl import records as ctl_records
 from mokka.daemon.command import _reset_overrides
-from mokka.host import File, Host
 from mokka.layout import CONFIG_DIR, MOKKA_MANIFESTS, OVERRIDES, temp_name
+from mokka.noderoot.host import File, Host
 from mokka.state.overrides import MANIFEST_OWNERS, load_overrides, replace_text
 from tests.support import snapshot
 

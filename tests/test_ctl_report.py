@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from mokka import ctl
-from mokka.ctl import EXIT_NO_DAEMON, NO_DAEMON_OK_ENV
+from mokka.ctl import command as ctl
+from mokka.ctl.command import EXIT_NO_DAEMON, NO_DAEMON_OK_ENV
 from mokka.daemon.nodelock import try_hold_node_root
-from mokka.host import Host
 from mokka.layout import CONFIG_DIR, ENGINE_CONFIG
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.simulators.ib.hca import plan_hcas
 from mokka.simulators.ib.sysfs import hca_artifacts

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import mokka.convergence
-import mokka.fsops
-from mokka.host import File, Host
+import mokka.noderoot.convergence
+import mokka.noderoot.fsops
+from mokka.noderoot.host import File, Host
 from tests.support import snapshot
 
 PROBE_TIMEOUT = 30.0
@@ -43,8 +43,8 @@ def test_a_converge_holds_the_turn_except_while_it_waits_for_the_disk(
 ):
     before = snapshot(node_root)
     seen: dict[str, bool] = {}
-    real_place = mokka.convergence.Convergence.place
-    real_sync = getattr(mokka.fsops, sync)
+    real_place = mokka.noderoot.convergence.Convergence.place
+    real_sync = getattr(mokka.noderoot.fsops, sync)
 
     def place(self, art, norm):
         seen.setdefault("free while placing", taken_by_another_thread(host))
@@ -54,8 +54,8 @@ def test_a_converge_holds_the_turn_except_while_it_waits_for_the_disk(
         seen.setdefault("free while syncing", taken_by_another_thread(host))
         return real_sync(path)
 
-    monkeypatch.setattr(mokka.convergence.Convergence, "place", place)
-    monkeypatch.setattr(mokka.fsops, sync, synced)
+    monkeypatch.setattr(mokka.noderoot.convergence.Convergence, "place", place)
+    monkeypatch.setattr(mokka.noderoot.fsops, sync, synced)
     host.converge("a", [File(f"/turn/f{i}", f"{i}\n") for i in range(count)])
     assert seen == {"free while placing": False, "free while syncing": True}
     # And it has the turn back for the renames: every file is in place.
@@ -74,7 +74,7 @@ def test_converges_of_two_owners_from_two_threads_never_place_at_once(
     active = [0]
     most = [0]
     guard = threading.Lock()
-    real_put = mokka.convergence.Convergence.put
+    real_put = mokka.noderoot.convergence.Convergence.put
 
     def put(self, art, norm):
         with guard:
@@ -86,7 +86,7 @@ def test_converges_of_two_owners_from_two_threads_never_place_at_once(
             with guard:
                 active[0] -= 1
 
-    monkeypatch.setattr(mokka.convergence.Convergence, "put", put)
+    monkeypatch.setattr(mokka.noderoot.convergence.Convergence, "put", put)
     start = threading.Barrier(2, timeout=PROBE_TIMEOUT)
     errors: list[BaseException] = []
 
@@ -118,7 +118,7 @@ def test_temp_files_a_killed_process_left_are_replaced_and_removed(
     """A kill between a temp file's creation and its rename leaves ``.<name>.mokka-tmp``
     beside the path: the next converge writes over it (a file's, a link's), and a
     discard removes the one beside a path it removes."""
-    from mokka.host import Symlink
+    from mokka.noderoot.host import Symlink
 
     before = snapshot(node_root)
     host.converge("a", [File("/k/f", "old\n"), File("/k/g", "g\n")])

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import trio
 
-import mokka.settled
+import mokka.noderoot.settled
 from mokka import cli
 from mokka.daemon.command import build_simulators
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.teardown import teardown
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from mokka.state.compile import compile_profile
 from mokka.state.sources.inotify import Inotify
 from tests.fakes import FakeSimulator, make_state
@@ -474,7 +474,7 @@ async def test_a_machine_pseudo_file_too_large_to_compare_is_never_replayed(
         await reconciler.reconcile_once(state)
     made = len(sim.calls("stage"))
     assert made < 3  # small and unchanged: compared, replayed
-    monkeypatch.setattr(mokka.settled, "CONTENT_LIMIT", KERNEL_VERSION_SIZE - 1)
+    monkeypatch.setattr(mokka.noderoot.settled, "CONTENT_LIMIT", KERNEL_VERSION_SIZE - 1)
     for _ in range(3):
         await reconciler.reconcile_once(state)
     assert len(sim.calls("stage")) == made + 3

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from mokka import driftwatch
-from mokka.driftwatch import DriftWatch, watched_directories
-from mokka.host import Directory, File, Host, Symlink
-from mokka.settled import Settled
+from mokka.noderoot import driftwatch
+from mokka.noderoot.driftwatch import DriftWatch, watched_directories
+from mokka.noderoot.host import Directory, File, Host, Symlink
+from mokka.noderoot.settled import Settled
 from mokka.state.sources.inotify import IN_IGNORED, IN_Q_OVERFLOW, Event, Inotify, coalesced
 
 OWNER = "watched"

@@ -18,7 +18,7 @@ from mokka import cli, layout
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import SpecError, StageError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators import fabricmanager, registry
 from mokka.simulators.base import Daemon, Readiness, Simulator
 from mokka.simulators.fabricmanager import (
@@ -417,7 +417,7 @@ def test_flags_build_the_simulator() -> None:
     assert fm.settings == FabricManagerSettings(mode="on", init_delay=2.5)
     assert PLUGIN.build(parse()).settings == FabricManagerSettings(mode="auto", init_delay=0.0)
     assert "mokka.simulators.fabricmanager" in registry.PLUGIN_MODULES
-    assert "mokka.fabricmanager_ctl" in cli.SUBCOMMAND_MODULES
+    assert "mokka.ctl.fabricmanager" in cli.SUBCOMMAND_MODULES
 
 
 @pytest.mark.parametrize("delay", ["-1", "nan", "inf"])

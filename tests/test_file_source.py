@@ -16,8 +16,8 @@ import trio
 import trio_util
 
 from mokka.errors import SpecError
-from mokka.host import Host
 from mokka.layout import OVERRIDES
+from mokka.noderoot.host import Host
 from mokka.state.overrides import update_overrides
 from mokka.state.sources import ControlPlaneSource, FileSource, SourceUpdate, make_source
 from mokka.state.sources.file import watch_plan

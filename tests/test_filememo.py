@@ -1,4 +1,4 @@
-"""An owner's manifest snapshot, folded once while the file is unchanged (``mokka.filememo``)."""
+"""An owner's manifest snapshot, folded once while unchanged (``mokka.noderoot.filememo``)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-import mokka.manifest
+import mokka.noderoot.manifest
 from mokka.errors import UntrustedBookkeepingError
-from mokka.filememo import MISSING, FileMemo, file_signature
-from mokka.host import File, Host
+from mokka.noderoot.filememo import MISSING, FileMemo, file_signature
+from mokka.noderoot.host import File, Host
 from tests.support import count_reads, journal, snapshot
 
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The bookkeeping files ``Manifest.load`` reads, by name."""
-    return count_reads(monkeypatch, mokka.manifest)
+    return count_reads(monkeypatch, mokka.noderoot.manifest)
 
 
 def test_a_kept_value_answers_only_for_the_signature_it_was_kept_under(tmp_path: Path):

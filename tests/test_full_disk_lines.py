@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from mokka import ctl, ctl_records
+from mokka.ctl import command as ctl
+from mokka.ctl import records as ctl_records
 from mokka.errors import HostFaultError, StageError
-from mokka.faults import owner_line
-from mokka.host import File, Host
 from mokka.layout import CONFIG_DIR, OVERRIDES
+from mokka.noderoot.faults import owner_line
+from mokka.noderoot.host import File, Host
 from mokka.simulators.gpudriver import _converge_all
 from mokka.state.overrides import MANIFEST_OWNERS
 from tests.support import require_tool, snapshot

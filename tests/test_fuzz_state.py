@@ -257,7 +257,7 @@ def test_the_fuzz_documents_themselves_are_valid() -> None:
 def test_gpu_targets_and_device_keys_never_raise_anything_else(tmp_path) -> None:
     """``mokka ctl --gpu`` and the overrides file's device keys: any text is
     either a key (the same one for both) or a clear refusal."""
-    from mokka.ctl_targets import parse_target
+    from mokka.ctl.targets import parse_target
     from mokka.errors import CtlError
     from mokka.state.override_doc import device_key
 

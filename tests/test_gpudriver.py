@@ -17,7 +17,7 @@ import pytest
 
 from mokka import layout
 from mokka.errors import NativeArtifactMissing, SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Applier, Simulator
 from mokka.simulators.gpudriver import OWNERS, PLUGIN, GpuDriverSettings, GpuDriverSimulator

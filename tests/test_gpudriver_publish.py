@@ -16,7 +16,7 @@ import trio
 
 from mokka import native as native_build
 from mokka.errors import ApplyError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator
 from mokka.simulators.gpudriver import publish as publishing
 from tests.gpudriver_support import (

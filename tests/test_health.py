@@ -18,7 +18,7 @@ from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
 from mokka.errors import SpecError, StageError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.base import Readiness
 from mokka.state.sources.base import SourceUpdate
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, make_state
@@ -271,8 +271,8 @@ async def test_bodies_quote_at_most_a_short_excerpt_of_an_error(autojump_clock, 
 
 
 async def test_placeholder_device_reasons_are_said_once_with_the_count(autojump_clock, host: Host):
-    from mokka.artifacts import CharDevice
-    from mokka.fsops import placeholder_reason
+    from mokka.noderoot.artifacts import CharDevice
+    from mokka.noderoot.fsops import placeholder_reason
 
     devices = [CharDevice(f"/dev/nvidia{i}", 195, i) for i in range(14)]
     reason = "; ".join([*(placeholder_reason(d) for d in devices), "nvidia-smi missing"])

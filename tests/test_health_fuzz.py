@@ -36,7 +36,7 @@ import trio
 
 import mokka.daemon.metrics  # noqa: F401  (imported now: not in a worker thread mid-test)
 from mokka.daemon.probeserver import SEND_TIMEOUT
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from tests.daemon_support import PROCESS_TIMEOUT, DaemonProcess, daemon_env, stop_daemon
 from tests.fakes import FakeSimulator
 from tests.support import snapshot
@@ -312,7 +312,7 @@ import logging, resource, sys, trio
 from pathlib import Path
 from mokka.daemon.health import DaemonView, create_app, serve_health
 from mokka.daemon.reconciler import Reconciler
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from tests.fakes import FakeSimulator
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
 async def main():

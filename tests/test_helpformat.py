@@ -20,8 +20,9 @@ from termios import TIOCSWINSZ
 
 import pytest
 
-from mokka import cli, ctl
-from mokka.ctl_verbs import verbs_action
+from mokka import cli
+from mokka.ctl import command as ctl
+from mokka.ctl.verbs import verbs_action
 from mokka.helpformat import Formatter, terminal_columns
 from tests.daemon_support import PROCESS_TIMEOUT
 
@@ -44,7 +45,7 @@ def every_parser() -> dict[str, argparse.ArgumentParser]:
 
 
 def _standalone_ctl() -> argparse.ArgumentParser:
-    """The parser ``mokka.ctl.main`` builds (the standalone entry point)."""
+    """The parser ``mokka.ctl.command.main`` builds (the standalone entry point)."""
     built: list[argparse.ArgumentParser] = []
     real = argparse.ArgumentParser.parse_args
 

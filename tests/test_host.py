@@ -1,4 +1,4 @@
-"""The node root (``mokka.host``): confinement, convergence, manifests, backups, devices."""
+"""The node root (``mokka.noderoot.host``): confinement, converging, manifests, backups, devices."""
 
 from __future__ import annotations
 
@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 
-import mokka.convergence
-import mokka.fsops
-import mokka.host
-import mokka.manifest
-import mokka.removal
-import mokka.shared_dirs
-import mokka.statedir
+import mokka.noderoot.convergence
+import mokka.noderoot.fsops
+import mokka.noderoot.host
+import mokka.noderoot.manifest
+import mokka.noderoot.removal
+import mokka.noderoot.shared_dirs
+import mokka.noderoot.statedir
 from mokka.errors import HostFaultError, HostPathError, PassSuperseded
-from mokka.host import (
+from mokka.layout import MOKKA_MANIFESTS
+from mokka.noderoot.host import (
     GIVE_WAY,
     CharDevice,
     ConvergeReport,
@@ -34,8 +35,7 @@ from mokka.host import (
     Host,
     Symlink,
 )
-from mokka.layout import MOKKA_MANIFESTS
-from mokka.manifest import Manifest
+from mokka.noderoot.manifest import Manifest
 from tests.support import ROOT, GiveWayAfter, journal, snapshot
 
 
@@ -164,13 +164,13 @@ def test_a_cold_converge_looks_only_where_something_could_be(
     (node_root / "etc/foreign").write_text("theirs\n")
     before = snapshot(node_root)
     looked: list[str] = []
-    real_lstat = mokka.fsops.lstat_or_none
+    real_lstat = mokka.noderoot.fsops.lstat_or_none
 
     def counting(path):
         looked.append(str(path))
         return real_lstat(path)
 
-    monkeypatch.setattr(mokka.fsops, "lstat_or_none", counting)
+    monkeypatch.setattr(mokka.noderoot.fsops, "lstat_or_none", counting)
     wanted = [
         *files(3, "/sys/class/fresh/a/dev"),
         Symlink("/sys/class/fresh/a/link", "dev0"),
@@ -185,7 +185,7 @@ def test_a_cold_converge_looks_only_where_something_could_be(
     assert (node_root / "sys/class/fresh/a/dev2").read_text() == "device 2\n"
     assert os.readlink(node_root / "sys/class/fresh/a/link") == "dev0"
     assert "/sys/class/fresh" in report.created
-    monkeypatch.setattr(mokka.fsops, "lstat_or_none", real_lstat)
+    monkeypatch.setattr(mokka.noderoot.fsops, "lstat_or_none", real_lstat)
     # The same files again (nothing changed), then gone: the foreign file comes back.
     assert not host.converge("t", wanted).changed
     host.discard("t")
@@ -339,7 +339,7 @@ def test_placeholder_device_when_mknod_is_not_permitted(
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "mknod", no_mknod)
-    monkeypatch.setattr(mokka.fsops, "_MKNOD_PROBE", None)
+    monkeypatch.setattr(mokka.noderoot.fsops, "_MKNOD_PROBE", None)
     report = host.converge("t", [CharDevice("/dev/nvidiactl", 195, 255)])
     placeholder = node_root / "dev/nvidiactl"
     assert placeholder.is_file()
@@ -362,7 +362,7 @@ _KILLED = textwrap.dedent(
     """
     import os, sys
     sys.path.insert(0, {repo!r})
-    from mokka.host import File, Host
+    from mokka.noderoot.host import File, Host
 
     kill_at = int(sys.argv[2])
     calls = 0
@@ -455,7 +455,7 @@ def test_a_parent_removed_by_another_owner_mid_converge_is_made_again(
     ``b`` is about to write into it; ``b``'s converge must still succeed."""
     before = snapshot(node_root)
     host.converge("a", [File("/d/shared/a", "a\n")])
-    real_place = mokka.convergence.Convergence.place
+    real_place = mokka.noderoot.convergence.Convergence.place
     raced: list[str] = []
 
     def place(self, art, norm):
@@ -466,7 +466,7 @@ def test_a_parent_removed_by_another_owner_mid_converge_is_made_again(
             host.discard("a")
         return real_place(self, art, norm)
 
-    monkeypatch.setattr(mokka.convergence.Convergence, "place", place)
+    monkeypatch.setattr(mokka.noderoot.convergence.Convergence, "place", place)
     report = host.converge("b", [File("/d/shared/b", "b\n")])
     assert raced == ["/d/shared/b"]
     assert (node_root / "d/shared/b").read_text() == "b\n"
@@ -487,15 +487,15 @@ def test_sharing_and_forgetting_a_directory_never_interleave(
     """
     before = snapshot(node_root)
     checked: list[str] = []
-    real_lists = mokka.shared_dirs.OwnerListings.lists
-    real_rmdir = mokka.removal._rmdir
+    real_lists = mokka.noderoot.shared_dirs.OwnerListings.lists
+    real_rmdir = mokka.noderoot.removal._rmdir
 
     def lists(self, directory, owner, key):
         assert host.dirs_lock.locked(), f"shared-directory check of {key} outside the lock"
         checked.append(f"share {key}")
         return real_lists(self, directory, owner, key)
 
-    real_listed = mokka.shared_dirs.OwnerListings.listed
+    real_listed = mokka.noderoot.shared_dirs.OwnerListings.listed
 
     def listed(self, directory, exclude):
         assert host.dirs_lock.locked(), "reading every owner's directories outside the lock"
@@ -507,9 +507,9 @@ def test_sharing_and_forgetting_a_directory_never_interleave(
         checked.append(f"rmdir {norm}")
         return real_rmdir(norm, real)
 
-    monkeypatch.setattr(mokka.shared_dirs.OwnerListings, "lists", lists)
-    monkeypatch.setattr(mokka.shared_dirs.OwnerListings, "listed", listed)
-    monkeypatch.setattr(mokka.removal, "_rmdir", rmdir)
+    monkeypatch.setattr(mokka.noderoot.shared_dirs.OwnerListings, "lists", lists)
+    monkeypatch.setattr(mokka.noderoot.shared_dirs.OwnerListings, "listed", listed)
+    monkeypatch.setattr(mokka.noderoot.removal, "_rmdir", rmdir)
     host.converge("a", [File("/d/a", "a")])
     host.converge("b", [File("/d/b", "b")])
     host.discard("a")
@@ -545,7 +545,7 @@ def test_a_share_noted_during_a_removal_is_seen_by_it(
     before = snapshot(node_root)
     host.converge("a", [Directory("/x"), Directory("/y")])
     manifests = node_root / "var/lib/mokka/manifests"
-    real_rmdir = mokka.removal._rmdir
+    real_rmdir = mokka.noderoot.removal._rmdir
 
     def rmdir(norm, real):
         if norm == "/x":
@@ -553,12 +553,12 @@ def test_a_share_noted_during_a_removal_is_seen_by_it(
             host.listings.notes += 1
         return real_rmdir(norm, real)
 
-    monkeypatch.setattr(mokka.removal, "_rmdir", rmdir)
+    monkeypatch.setattr(mokka.noderoot.removal, "_rmdir", rmdir)
     host.discard("a")
     assert not (node_root / "x").exists()
     assert (node_root / "y").is_dir()
     assert host.owned("b") == {"/y": "dir"}
-    monkeypatch.setattr(mokka.removal, "_rmdir", real_rmdir)
+    monkeypatch.setattr(mokka.noderoot.removal, "_rmdir", real_rmdir)
     host.discard("b")
     assert snapshot(node_root) == before
 
@@ -637,14 +637,14 @@ def test_one_path_that_cannot_go_does_not_keep_the_rest(
 ):
     before = snapshot(node_root)
     host.converge("t", [File("/a/x", "1"), File("/b/deep/y", "2"), File("/c/z", "3")])
-    real_unlink = mokka.fsops.unlink
+    real_unlink = mokka.noderoot.fsops.unlink
 
     def unlink(path: str | Path) -> None:
         if os.path.basename(path) == "y":
             raise PermissionError(1, "Operation not permitted", str(path))
         real_unlink(path)
 
-    monkeypatch.setattr(mokka.fsops, "unlink", unlink)
+    monkeypatch.setattr(mokka.noderoot.fsops, "unlink", unlink)
     with pytest.raises(HostPathError, match=r"could not remove /b/deep/y \(Operation not "
                        r"permitted\); kept in the manifest for the next try"):
         host.discard("t")
@@ -652,7 +652,7 @@ def test_one_path_that_cannot_go_does_not_keep_the_rest(
     assert not (node_root / "a").exists()
     assert not (node_root / "c").exists()
     assert host.owned("t") == {"/b": "dir", "/b/deep": "dir", "/b/deep/y": "file"}
-    monkeypatch.setattr(mokka.fsops, "unlink", real_unlink)
+    monkeypatch.setattr(mokka.noderoot.fsops, "unlink", real_unlink)
     host.discard("t")  # the next try (a later teardown, `mokka cleanup`) finishes the job
     assert snapshot(node_root) == before
 
@@ -709,14 +709,14 @@ def test_the_mknod_probe_writes_only_under_the_root(
         return real_mknod(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "mknod", mknod)
-    monkeypatch.setattr(mokka.fsops, "_MKNOD_PROBE", None)
+    monkeypatch.setattr(mokka.noderoot.fsops, "_MKNOD_PROBE", None)
     # A placeholder from an earlier run without CAP_MKNOD: asking whether it
     # still fits is what runs the probe.
     (node_root / "dev").mkdir()
     (node_root / "dev/nvidiactl").write_text("mokka placeholder for character device 195:255\n")
     before = snapshot(node_root)
     host.converge("t", [CharDevice("/dev/nvidiactl", 195, 255)])
-    assert mokka.fsops._MKNOD_PROBE is not None
+    assert mokka.noderoot.fsops._MKNOD_PROBE is not None
     assert made
     assert [p for p in made if not p.startswith(f"{node_root}/")] == []
     host.discard("t")
@@ -731,21 +731,21 @@ def test_cleanup_tries_every_owner_and_says_what_is_left(
     host = Host(node_root)
     host.converge("a", [File("/a/stuck", "1")])
     host.converge("b", [File("/b/f", "2")])
-    real_unlink = mokka.fsops.unlink
+    real_unlink = mokka.noderoot.fsops.unlink
 
     def unlink(path: str | Path) -> None:
         if os.path.basename(path) == "stuck":
             raise PermissionError(1, "Operation not permitted", str(path))
         real_unlink(path)
 
-    monkeypatch.setattr(mokka.fsops, "unlink", unlink)
+    monkeypatch.setattr(mokka.noderoot.fsops, "unlink", unlink)
     assert run_cleanup_command(argparse.Namespace(root=str(node_root))) == 1
     assert capsys.readouterr().err == (
         "mokka cleanup: error: a: could not remove /a/stuck (Operation not permitted); "
         "kept in the manifest for the next try\n")
     assert not (node_root / "b").exists()  # the owner after the stuck one was discarded
     assert Host(node_root).owned("a") == {"/a": "dir", "/a/stuck": "file"}
-    monkeypatch.setattr(mokka.fsops, "unlink", real_unlink)
+    monkeypatch.setattr(mokka.noderoot.fsops, "unlink", real_unlink)
     assert run_cleanup_command(argparse.Namespace(root=str(node_root))) == 0
     assert snapshot(node_root) == {}
 
@@ -759,12 +759,12 @@ def test_a_full_disk_is_one_host_fault_naming_the_path(
     """ENOSPC from a data write (which names no file) says which path it was,
     as a ``HostFaultError``; the temp file is gone and a discard removes the rest."""
     before = snapshot(node_root)
-    real_write_data = mokka.fsops.write_all
+    real_write_data = mokka.noderoot.fsops.write_all
 
     def write_data(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(mokka.fsops, "write_all", write_data)
+    monkeypatch.setattr(mokka.noderoot.fsops, "write_all", write_data)
     with pytest.raises(HostFaultError) as caught:
         host.converge("t", [File("/opt/big/blob", "x" * 100)])
     assert str(caught.value) == (
@@ -772,7 +772,7 @@ def test_a_full_disk_is_one_host_fault_naming_the_path(
         "the filesystem holding the node root is full"
     )
     assert not list((node_root / "opt/big").iterdir())  # no temp file left
-    monkeypatch.setattr(mokka.fsops, "write_all", real_write_data)
+    monkeypatch.setattr(mokka.noderoot.fsops, "write_all", real_write_data)
     host.discard("t")
     assert snapshot(node_root) == before
 
@@ -800,7 +800,8 @@ def test_discarding_what_was_never_written_writes_nothing(
     def read_only(path, *args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
-    for module in (mokka.statedir.os, mokka.manifest.os, mokka.convergence.os):
+    for module in (mokka.noderoot.statedir.os, mokka.noderoot.manifest.os,
+                   mokka.noderoot.convergence.os):
         monkeypatch.setattr(module, "mkdir", read_only)
     assert host.discard("t") == ConvergeReport()
     assert host.discard_all() == ConvergeReport()
@@ -944,13 +945,13 @@ def test_drift_since_the_last_converge_is_put_right(
 def _placed_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Node paths ``Convergence.place`` looks at from now on (those not skipped as unchanged)."""
     seen: list[str] = []
-    real_place = mokka.convergence.Convergence.place
+    real_place = mokka.noderoot.convergence.Convergence.place
 
     def place(self, art, norm: str) -> None:
         seen.append(norm)
         real_place(self, art, norm)
 
-    monkeypatch.setattr(mokka.convergence.Convergence, "place", place)
+    monkeypatch.setattr(mokka.noderoot.convergence.Convergence, "place", place)
     return seen
 
 
@@ -1023,17 +1024,17 @@ def test_a_converge_failed_by_a_full_disk_leaves_the_last_good_record_too(
 ):
     """The same as a superseded one, for a fault: a disk filling up half way."""
     host.converge("t", files(3))
-    real_write_all = mokka.fsops.write_all
+    real_write_all = mokka.noderoot.fsops.write_all
 
     def full_disk(fd: int, data: bytes) -> None:
         if data == b"x\n":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_write_all(fd, data)
 
-    monkeypatch.setattr(mokka.fsops, "write_all", full_disk)
+    monkeypatch.setattr(mokka.noderoot.fsops, "write_all", full_disk)
     with pytest.raises(HostFaultError, match="ENOSPC"):
         host.converge("t", [*files(3), File("/opt/new/x", "x\n")])
-    monkeypatch.setattr(mokka.fsops, "write_all", real_write_all)
+    monkeypatch.setattr(mokka.noderoot.fsops, "write_all", real_write_all)
     assert (node_root / "opt/new").is_dir()
     seen = _placed_paths(monkeypatch)
     report = host.converge("t", files(3))
@@ -1070,15 +1071,15 @@ def test_no_file_is_renamed_into_place_before_its_data_is_synced(
     way, before the first rename exposes any of them (docs/operations.md, power loss)."""
     events: list[str] = []
     real_replace = os.replace
-    monkeypatch.setattr(mokka.fsops, "sync_file", lambda path: events.append("file"))
-    monkeypatch.setattr(mokka.fsops, "sync_filesystem", lambda root: events.append("fs"))
+    monkeypatch.setattr(mokka.noderoot.fsops, "sync_file", lambda path: events.append("file"))
+    monkeypatch.setattr(mokka.noderoot.fsops, "sync_filesystem", lambda root: events.append("fs"))
 
     def replace(src, dst, *args, **kwargs):
         if ".mokka-tmp" in os.fspath(src):
             events.append("rename")
         return real_replace(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(mokka.convergence.os, "replace", replace)
+    monkeypatch.setattr(mokka.noderoot.convergence.os, "replace", replace)
     host.converge("t", files(count))
     assert events == [*syncs, *["rename"] * count]
     assert [(node_root / f.path.lstrip("/")).read_text() for f in files(count)] == [

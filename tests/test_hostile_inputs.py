@@ -32,10 +32,11 @@ import pytest
 import trio
 import trio_util
 
-from mokka import cli, ctl
+from mokka import cli
+from mokka.ctl import command as ctl
 from mokka.errors import SpecError
-from mokka.host import File, Host
 from mokka.layout import CONFIG_DIR, OVERRIDES
+from mokka.noderoot.host import File, Host
 from mokka.state import checks, overrides, reader
 from mokka.state.compile import load_inputs
 from mokka.state.overrides import MANIFEST_OWNERS, load_overrides, reset_file, update_overrides

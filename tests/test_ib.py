@@ -18,7 +18,7 @@ import yaml
 
 from mokka import layout
 from mokka.errors import NativeArtifactMissing, SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Simulator
 from mokka.simulators.ib import PLUGIN, IbSettings, IbSimulator

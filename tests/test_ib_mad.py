@@ -24,7 +24,7 @@ import trio
 
 from mokka import cli, layout
 from mokka.errors import SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.ib import IbSimulator, lids, mad, smp
 from mokka.simulators.ib.counters import CounterError, change_counters
 from mokka.simulators.ib.fabric import SPINE, UPLINK, Fabric, Walked
@@ -511,7 +511,7 @@ def test_relay_requests_from_peers_are_checked() -> None:
 def test_ctl_ib_counter_refuses_bad_requests(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mokka.ctl import main
+    from mokka.ctl.command import main
 
     root = tmp_path / "node"
     root.mkdir()

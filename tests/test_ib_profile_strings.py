@@ -23,7 +23,7 @@ import yaml
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.host import File
+from mokka.noderoot.host import File
 from mokka.simulators.ib import lids
 from mokka.simulators.ib.hca import pci_device_id, plan_hcas
 from mokka.simulators.ib.sysfs import hca_artifacts, tree_artifacts

@@ -22,7 +22,7 @@ import trio
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.ib import IbSettings, IbSimulator
 from mokka.simulators.ib.bundle import STAGED_DIR
 from tests.ib_support import (

@@ -52,7 +52,7 @@ pytestmark = pytest.mark.timeout(180)
 CHILD = textwrap.dedent("""
     import logging, os, resource, sys, trio
     from pathlib import Path
-    from mokka.host import Host
+    from mokka.noderoot.host import Host
     from tests.ib_support import discard_with_pcibus, stage_with_pcibus, state_of
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
 

@@ -27,8 +27,8 @@ import pytest
 import trio
 import trio.testing
 
-from mokka.host import Host
 from mokka.loglimit import LogLimit
+from mokka.noderoot.host import Host
 from mokka.simulators.ib import mad, pending, smp, umadsocket
 from mokka.simulators.ib.counters import change_counters
 from mokka.simulators.ib.fabric import SPINE, Walked

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from tests.ib_support import stage, state_of
 from tests.ibshim_fuzz_support import (
     COMMANDS,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.ib.hca import plan_hcas
 from mokka.simulators.ib.sysfs import tree_artifacts
 from mokka.state.compile import compile_profile

@@ -21,7 +21,7 @@ import trio
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Simulator
 from mokka.simulators.gpudriver import PLUGIN as GPUDRIVER_PLUGIN

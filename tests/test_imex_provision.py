@@ -20,7 +20,7 @@ import pytest
 import trio
 import yaml
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.imex import PLUGIN, ImexSimulator
 from mokka.simulators.imex.simulator import IMEX_CTL_BIN, IMEX_REAL_BIN
 from tests.helm_tool import Helm, agent, helm_binary, parse_daemon_args, pod_spec

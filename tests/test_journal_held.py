@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import mokka.manifest
+import mokka.noderoot.manifest
 from mokka.errors import HostFaultError
-from mokka.host import CharDevice, CopyOf, Directory, File, Host, Symlink
 from mokka.layout import JOURNAL_SUFFIX, MOKKA_MANIFESTS, MOKKA_STATE_DIR
+from mokka.noderoot.host import CharDevice, CopyOf, Directory, File, Host, Symlink
 from tests.support import snapshot
 
 OWNER = "held-test"
@@ -122,13 +122,13 @@ def test_a_batch_journals_its_regular_files_in_one_write(
 ):
     host.converge(OWNER, [Directory("/opt/held/deep")])  # the directories already there
     writes: list[int] = []
-    real_append = mokka.manifest.Manifest._append
+    real_append = mokka.noderoot.manifest.Manifest._append
 
     def append(self, line: bytes) -> None:
         writes.append(line.count(b"\n"))
         return real_append(self, line)
 
-    monkeypatch.setattr(mokka.manifest.Manifest, "_append", append)
+    monkeypatch.setattr(mokka.noderoot.manifest.Manifest, "_append", append)
     files = [File(f"/opt/held/deep/f{i}", f"{i}\n") for i in range(40)]
     host.converge(OWNER, [Directory("/opt/held/deep"), *files])
     assert writes == [40]  # one write of 40 records, not 40 writes
@@ -147,7 +147,7 @@ def test_records_held_for_a_batch_that_fails_before_its_commit_are_not_written(
     def refuse(*args, **kwargs):
         raise OSError(28, os.strerror(28), "/nowhere")
 
-    monkeypatch.setattr(mokka.manifest.Manifest, "flush", refuse)
+    monkeypatch.setattr(mokka.noderoot.manifest.Manifest, "flush", refuse)
     with pytest.raises(HostFaultError, match="No space left on device"):
         host.converge(OWNER, [File("/opt/held/kept", "kept\n"), File("/opt/held/new", "n\n")])
     monkeypatch.undo()

@@ -17,7 +17,7 @@ import trio
 
 from mokka import layout
 from mokka.errors import SpecError, StageError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators import kmsg, registry
 from mokka.simulators.base import Daemon, Readiness, Simulator
 from mokka.simulators.kernellog import (

@@ -27,38 +27,12 @@ LAYERS: dict[str, int] = {
     "mokka.lazylogger": 0,
     "mokka.loglimit": 0,
     "mokka.state": 1,
-    "mokka.host": 2,
-    "mokka.artifacts": 2,
-    "mokka.manifest": 2,
-    "mokka.private_files": 2,
-    "mokka.commands": 2,
-    "mokka.convergence": 2,
-    "mokka.faults": 2,
-    "mokka.driftwatch": 2,
-    "mokka.backups": 2,
-    "mokka.settled": 2,
-    "mokka.shared_dirs": 2,
-    "mokka.writebatch": 2,
-    "mokka.filememo": 2,
-    "mokka.fsops": 2,
     "mokka.noderoot": 2,
-    "mokka.recording": 2,
-    "mokka.removal": 2,
-    "mokka.statedir": 2,
-    "mokka.rootmarker": 2,
     "mokka.simulators": 3,
     "mokka.daemon": 4,
     "mokka.cli": 5,
     "mokka.helpformat": 5,
-    "mokka.ctl": 5,
-    "mokka.ctl_daemon": 5,
-    "mokka.ctl_edits": 5,
-    "mokka.ctl_records": 5,
-    "mokka.ctl_report": 5,
-    "mokka.ctl_status": 5,
-    "mokka.ctl_targets": 5,
-    "mokka.ctl_verbs": 5,
-    "mokka.fabricmanager_ctl": 5,  # a stand-alone command (nv-fabricmanager-ctl style)
+    "mokka.ctl": 5,  # with fabricmanager-ctl, a stand-alone command (nv-fabricmanager-ctl style)
     "mokka.__main__": 5,
 }
 NAMES = {0: "base", 1: "state", 2: "host", 3: "simulators", 4: "daemon", 5: "cli"}
@@ -118,7 +92,8 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 
 def test_the_package_has_modules_to_check():
     names = {module_name(p) for p in MODULES}
-    assert {"mokka.host", "mokka.daemon.reconciler", "mokka.state.model", "mokka.cli"} <= names
+    expected = {"mokka.noderoot.host", "mokka.daemon.reconciler", "mokka.state.model", "mokka.cli"}
+    assert expected <= names
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
@@ -147,7 +122,7 @@ def test_module_imports_only_its_own_layer_or_lower(path: Path):
         ("if TYPE_CHECKING:\n    import mokka.cli\n", "mokka.state.x", ["mokka.cli"]),
         (
             "def f():\n    from mokka.daemon.runner import R\n",
-            "mokka.host",
+            "mokka.noderoot.host",
             ["mokka.daemon.runner"],
         ),
         ("import yaml, os\n", "mokka.state.x", []),
@@ -160,12 +135,12 @@ def test_the_walker_sees_every_kind_of_import(source: str, module: str, expected
 @pytest.mark.parametrize(
     ("importer", "imported", "allowed"),
     [
-        ("mokka.state.compile", "mokka.host", False),
+        ("mokka.state.compile", "mokka.noderoot.host", False),
         ("mokka.state.compile", "mokka.simulators.base", False),
         ("mokka.simulators.gpudriver", "mokka.daemon.health", False),
         ("mokka.simulators.gpudriver", "mokka.cli", False),
-        ("mokka.host", "mokka.errors", True),
-        ("mokka.host", "mokka.state.model", True),
+        ("mokka.noderoot.host", "mokka.errors", True),
+        ("mokka.noderoot.host", "mokka.state.model", True),
         ("mokka.daemon.runner", "mokka.simulators.base", True),
         ("mokka.errors", "mokka.state.model", False),
         ("mokka.cli", "mokka.daemon.command", True),

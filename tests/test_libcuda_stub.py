@@ -22,7 +22,7 @@ import trio
 import yaml
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver import GpuDriverSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State

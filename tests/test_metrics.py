@@ -28,7 +28,7 @@ from mokka.daemon.status import (
     SupervisorStatus,
 )
 from mokka.errors import SpecError, StageError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.base import Readiness
 from mokka.state.sources.base import SourceUpdate
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, make_state

@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.pcibus import PcibusSettings, PcibusSimulator
 from mokka.state.compile import compile_profile
 from tests.support import require_tool, snapshot

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.pcibus import PcibusSettings, PcibusSimulator
 from tests.mockfs_fuzz_support import (
     NULL,

@@ -14,7 +14,7 @@ import trio.testing
 from mokka import layout
 from mokka.daemon import command
 from mokka.daemon.nodelock import hold_node_root
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.settings import Settings
 from tests.support import snapshot
 
@@ -110,7 +110,7 @@ async def test_a_waiting_daemon_leaves_the_runtime_state_of_the_first_alone(
 
 def test_cleanup_refuses_a_root_a_daemon_holds(node_root: Path, capsys) -> None:
     from mokka import cli
-    from mokka.host import File, Host
+    from mokka.noderoot.host import File, Host
 
     Host(node_root).converge("sim", [File("/var/lib/nvml-mock/x", "staged\n")])
     staged = snapshot(node_root)

@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver.nvml_socket import SOCKET
 from mokka.simulators.nri import inject
 from mokka.simulators.nri.inject import ANNOTATION, NodeView, adjustment, visible_gpus

@@ -16,7 +16,7 @@ import trio
 
 from mokka import cli
 from mokka.errors import SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Daemon, Simulator
 from mokka.simulators.nri import PLUGIN, NriSettings, NriSimulator

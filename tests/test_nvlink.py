@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Applier, Simulator
 from mokka.simulators.gpudriver import GpuDriverSettings, GpuDriverSimulator

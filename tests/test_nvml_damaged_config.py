@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from mokka import layout
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from mokka.simulators.gpudriver import notice
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.state.compile import compile_profile

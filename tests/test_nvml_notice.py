@@ -26,7 +26,7 @@ import pytest
 import trio
 
 from mokka import layout
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from mokka.simulators.gpudriver import GpuDriverSimulator, notice
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator

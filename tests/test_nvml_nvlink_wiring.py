@@ -29,7 +29,7 @@ import attrs
 import pytest
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver.engine_config import nvml_bus_id
 from mokka.simulators.pcibus.hierarchy import plan_tree
 from mokka.simulators.pcibus.sysfs import tree_artifacts

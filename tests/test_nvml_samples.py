@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mokka import ctl
+from mokka.ctl import command as ctl
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from tests.nvml_support import nvml_env, run_smi, write_config

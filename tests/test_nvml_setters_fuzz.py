@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver import nvml_set, nvml_socket
 from mokka.simulators.gpudriver.nvml_setter import Setter
 from mokka.simulators.gpudriver.nvml_socket import NvmlSocketServer

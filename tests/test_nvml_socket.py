@@ -28,7 +28,7 @@ import pytest
 import trio
 
 from mokka import layout
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver import nvml_socket
 from mokka.simulators.gpudriver.nvml_socket import NvmlSocketServer
 from tests.nvml_support import (

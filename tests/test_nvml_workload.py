@@ -25,7 +25,7 @@ import trio
 import yaml
 
 from mokka import layout
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from mokka.simulators.gpudriver import notice
 from mokka.simulators.gpudriver.engine_config import render_engine_config
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from mokka.daemon.oncesummary import EXIT_NOT_READY
-from mokka.host import Host
-from mokka.rootmarker import MARK, mark_made, remove_if_emptied
+from mokka.noderoot.host import Host
+from mokka.noderoot.rootmarker import MARK, mark_made, remove_if_emptied
 from mokka.simulators.cri.runtime import CONTAINERD_PATHS, RuntimeSetup
 from mokka.simulators.cri.settings import CriSettings
 from tests.daemon_support import PROCESS_TIMEOUT, daemon_env

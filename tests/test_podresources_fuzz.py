@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator
 from mokka.simulators.workload.podresources import MAX_MESSAGE_BYTES
 from mokka.state.compile import compile_profile

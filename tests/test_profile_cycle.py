@@ -28,7 +28,7 @@ from mokka.daemon.command import build_simulators
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.fabricmanager import OFF, READY, FabricManagerSimulator
 from mokka.state.compile import compile_profile
 from mokka.state.model import State

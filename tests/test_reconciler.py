@@ -16,14 +16,14 @@ import trio.lowlevel
 import trio.testing
 import trio_util
 
-import mokka.convergence
+import mokka.noderoot.convergence
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
 from mokka.daemon.waves import Replays
 from mokka.errors import SpecError, StageError
-from mokka.host import File, Host
+from mokka.noderoot.host import File, Host
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, MemorySource, make_state
 from tests.support import snapshot
 
@@ -258,7 +258,7 @@ async def test_a_converge_in_a_worker_thread_gives_way_to_a_newer_input(
     and no failure is logged for the pass that gave way."""
     placing, proceed = threading.Event(), threading.Event()
     placed: list[tuple[str, bytes]] = []
-    real_put = mokka.convergence.Convergence.put
+    real_put = mokka.noderoot.convergence.Convergence.put
 
     def put(self, art, norm):
         placed.append((norm, art.content))
@@ -267,7 +267,7 @@ async def test_a_converge_in_a_worker_thread_gives_way_to_a_newer_input(
             assert proceed.wait(30)
         return real_put(self, art, norm)
 
-    monkeypatch.setattr(mokka.convergence.Convergence, "put", put)
+    monkeypatch.setattr(mokka.noderoot.convergence.Convergence, "put", put)
     before = snapshot(node_root)
     sim = ThreadedStager("sim")
     with trio.fail_after(60):

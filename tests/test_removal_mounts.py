@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-import mokka.fsops
-from mokka.host import Directory, File, Host
+import mokka.noderoot.fsops
+from mokka.noderoot.host import Directory, File, Host
 from tests.support import require_tool, snapshot
 
 MOUNT_TIMEOUT = 30
 
 
 def _mount_table_names(path: Path) -> bool:
-    return mokka.fsops.mounted_on(path)
+    return mokka.noderoot.fsops.mounted_on(path)
 
 
 @pytest.fixture
@@ -58,5 +58,5 @@ def test_the_mount_table_knows_a_bind_mount_that_ismount_does_not(node_root: Pat
     (node_root / "a").mkdir()
     (node_root / "b").mkdir()
     bound(node_root / "a", node_root / "b")
-    assert mokka.fsops.mounted_on(node_root / "b")
-    assert not mokka.fsops.mounted_on(node_root / "a")
+    assert mokka.noderoot.fsops.mounted_on(node_root / "b")
+    assert not mokka.noderoot.fsops.mounted_on(node_root / "a")

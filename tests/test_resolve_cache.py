@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mokka.convergence import Convergence
-from mokka.host import Host
-from mokka.manifest import Manifest
+from mokka.noderoot.convergence import Convergence
+from mokka.noderoot.host import Host
+from mokka.noderoot.manifest import Manifest
 from tests.support import snapshot
 
 

@@ -1,4 +1,4 @@
-"""Other owners' bookkeeping, parsed once while unchanged (``mokka.shared_dirs``)."""
+"""Other owners' bookkeeping, parsed once while unchanged (``mokka.noderoot.shared_dirs``)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-import mokka.shared_dirs
-from mokka.host import File, Host
-from mokka.shared_dirs import OwnerListings
+import mokka.noderoot.shared_dirs
+from mokka.noderoot.host import File, Host
+from mokka.noderoot.shared_dirs import OwnerListings
 from tests.support import count_reads, journal, snapshot
 
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The bookkeeping files ``OwnerListings`` reads, by name."""
-    return count_reads(monkeypatch, mokka.shared_dirs)
+    return count_reads(monkeypatch, mokka.noderoot.shared_dirs)
 
 
 def test_a_directory_another_owner_made_is_read_once_while_its_bookkeeping_is_unchanged(

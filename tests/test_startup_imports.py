@@ -56,9 +56,10 @@ CTL_NEVER = (*DAEMON_STACK, "mokka.settings", "socket", "subprocess", "importlib
 #: ``status`` only reads: nothing of what writing a file takes (``Host`` and
 #: its bookkeeping, the converge machinery, the backups' digests, ``ctypes``
 #: for ``syncfs``).
-STATUS_NEVER = (*CTL_NEVER, "mokka.host", "mokka.manifest", "mokka.statedir",
-                "mokka.convergence", "mokka.backups", "hashlib", "ctypes")
-#: A writing call once the file and its lock are recorded (``mokka.ctl_records``),
+STATUS_NEVER = (*CTL_NEVER, "mokka.noderoot.host", "mokka.noderoot.manifest",
+                "mokka.noderoot.statedir",
+                "mokka.noderoot.convergence", "mokka.noderoot.backups", "hashlib", "ctypes")
+#: A writing call once the file and its lock are recorded (``mokka.ctl.records``),
 #: and ``status``: nothing of the host's bookkeeping, no attrs, no PyYAML, and
 #: not ``shutil`` (with ``bz2`` and ``lzma``), which argparse's stock help
 #: formatter imports for the terminal's width (``mokka.helpformat``).
@@ -68,8 +69,8 @@ RECORDED_NEVER = (*STATUS_NEVER, "attrs", "yaml", "shutil", "bz2", "lzma")
 #: the IMEX archive's download and unpacking (an archive to install), and
 #: the modules of the other commands.
 DAEMON_LATER = ("prometheus_client", "mokka.daemon.metrics", "grpc", "urllib.request",
-                "http.client", "tarfile", "mokka.ctl", "mokka.ctl_verbs", "mokka.ctl_edits",
-                "mokka.ctl_status", "mokka.ctl_targets", "mokka.fabricmanager_ctl",
+                "http.client", "tarfile", "mokka.ctl", "mokka.ctl.verbs", "mokka.ctl.edits",
+                "mokka.ctl.status", "mokka.ctl.targets", "mokka.ctl.fabricmanager",
                 "importlib.metadata")
 #: Not needed by a pass that serves no probes either: the probes' server.
 ONCE_NEVER = (*DAEMON_LATER, "hypercorn")
@@ -142,9 +143,9 @@ def test_ctl_status_imports_nothing_that_writes(staged, tmp_path: Path):
 def test_ctl_calls_after_the_first_load_no_host_attrs_or_yaml(staged, tmp_path: Path):
     root, uuid = staged
     first = ["ctl", "temp", "--root", str(root), "--gpu", "0", "--celsius", "70"]
-    code, modules = imported(first, ("mokka.host", "attrs"), cwd=tmp_path)
+    code, modules = imported(first, ("mokka.noderoot.host", "attrs"), cwd=tmp_path)
     assert code == 0
-    assert "mokka.host" in modules  # the first call records the file and its lock
+    assert "mokka.noderoot.host" in modules  # the first call records the file and its lock
     assert "attrs" in modules
     for argv in (first, ["ctl", "xid", "--root", str(root), "--gpu", uuid, "--code", "79"],
                  ["ctl", "fail", "--root", str(root), "--gpu", "all", "--mode", "fallen_off_bus"],
@@ -155,7 +156,8 @@ def test_ctl_calls_after_the_first_load_no_host_attrs_or_yaml(staged, tmp_path: 
 
 def test_fabricmanager_ctl_imports_nothing_of_the_daemon(staged, tmp_path: Path):
     root, _ = staged
-    never = (*CTL_NEVER, "yaml", "attrs", "mokka.state", "mokka.host", "mokka.convergence")
+    never = (*CTL_NEVER, "yaml", "attrs", "mokka.state", "mokka.noderoot.host",
+             "mokka.noderoot.convergence")
     assert imported(["fabricmanager-ctl", "-q", "--root", str(root)], never, cwd=tmp_path) \
         == (1, [])
     marker = root / FABRIC_READY_MARKER.lstrip("/")

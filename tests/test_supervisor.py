@@ -10,7 +10,7 @@ import trio.testing
 
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.supervisor import DaemonExited, Supervisor
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.base import Readiness
 from tests.fakes import FakeDaemon, make_state
 from tests.support import snapshot

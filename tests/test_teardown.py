@@ -15,7 +15,7 @@ from mokka.daemon.runner import DaemonRunner
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import teardown
 from mokka.errors import ApplyError, HostFaultError, SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.state.sources.base import SourceUpdate
 from tests.fakes import FakeApplier, FakeDaemon, FakeSimulator, MemorySource, make_state
 from tests.support import snapshot

@@ -22,7 +22,7 @@ import trio.testing
 import yaml
 
 from mokka.errors import SpecError
-from mokka.host import Host
+from mokka.noderoot.host import Host
 from mokka.simulators.workload import WorkloadSettings, WorkloadSimulator, wire
 from mokka.simulators.workload.allocation import (
     Shares,

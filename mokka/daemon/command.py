@@ -11,7 +11,7 @@ simulators, and runs either
   (one JSON object with ``--log-format json``), exit 0 for a ready node, 1
   for a failed pass, 3 for a pass that left the node not ready
   (``mokka.daemon.oncesummary``); files left in place (``mokka cleanup``
-  removes them, and the root when ``--once`` made it: ``mokka.rootmarker``).
+  removes them, and the root when ``--once`` made it: ``mokka.noderoot.rootmarker``).
 
 ``mokka cleanup --root DIR`` is the manual recovery after a killed daemon:
 every owner's manifest is discarded, restoring what was overwritten.
@@ -39,7 +39,6 @@ import trio
 import trio_util
 
 from mokka import layout
-from mokka.artifacts import ConvergeReport
 from mokka.daemon import oncesummary
 from mokka.daemon.faultsignals import fault_signals_blocked
 from mokka.daemon.limits import raise_fd_limit
@@ -55,9 +54,10 @@ from mokka.daemon.runner import (
     ignore_signals_until_handled,
 )
 from mokka.errors import HostFaultError, MokkaError, SpecError
-from mokka.host import Host
 from mokka.logs import setup_logging
-from mokka.rootmarker import mark_made, remove_if_emptied
+from mokka.noderoot.artifacts import ConvergeReport
+from mokka.noderoot.host import Host
+from mokka.noderoot.rootmarker import mark_made, remove_if_emptied
 from mokka.settings import LOCAL_ROOT, Settings
 from mokka.simulators.base import Simulator
 from mokka.simulators.registry import add_plugin_arguments, build_simulators
@@ -144,7 +144,7 @@ def run_daemon_command(args: argparse.Namespace) -> int:
         root.mkdir(parents=True, exist_ok=True)
         if created_root and settings.once:
             # ``--once`` leaves its files for ``mokka cleanup``, which then
-            # removes the root too (``mokka.rootmarker``)
+            # removes the root too (``mokka.noderoot.rootmarker``)
             mark_made(root)
     except OSError as exc:
         return _usage_error("daemon", f"--root: cannot create {root}: {exc.strerror}")

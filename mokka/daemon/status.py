@@ -38,7 +38,7 @@ def _frozen_mapping(value: Mapping) -> Mapping:
 MAX_TEXT = 200
 
 #: One device node written as a placeholder file for want of CAP_MKNOD (the
-#: wording of ``mokka.fsops.placeholder_reason``): said once per node, 14 times for a node
+#: wording of ``mokka.noderoot.fsops.placeholder_reason``): said once per node, 14 times for a node
 #: of 8 GPUs, which would bury every other reason.
 _PLACEHOLDER = re.compile(
     r"(?P<path>\S+): no CAP_MKNOD, wrote a placeholder file instead of char device "

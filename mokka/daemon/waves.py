@@ -34,8 +34,8 @@ import trio
 from mokka.daemon.status import SimulatorOutcome
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import MokkaError, PassSuperseded, SpecError
-from mokka.host import Host
-from mokka.settled import Activity
+from mokka.noderoot.host import Host
+from mokka.noderoot.settled import Activity
 from mokka.simulators.base import Applier, Daemon, Retractor, Simulator, implements
 
 if TYPE_CHECKING:

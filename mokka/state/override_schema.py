@@ -181,7 +181,7 @@ THROTTLE_REASONS = (
     "display_clocks_setting",
 )
 #: ``fabric.health`` states ``mokka ctl fabric-health`` knows; the block each
-#: writes is built by ``mokka.ctl_edits.fabric_health``.
+#: writes is built by ``mokka.ctl.edits.fabric_health``.
 FABRIC_HEALTH = ("healthy", "degraded_bandwidth", "route_recovery", "route_unhealthy",
                  "access_timeout_recovery", "incorrect_configuration")
 

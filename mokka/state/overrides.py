@@ -18,7 +18,7 @@ the file, the lock and every directory on the way to them are reached from
 the root without following any link (``mokka.state.reader.open_parent``).
 Under the root, ``mokka ctl`` records both in the manifests of
 ``MANIFEST_OWNERS`` through ``Host`` before creating them, so
-``mokka cleanup`` removes them after a killed daemon (``mokka.ctl_records``:
+``mokka cleanup`` removes them after a killed daemon (``mokka.ctl.records``:
 once recorded, a call rewrites the file without the host).
 """
 

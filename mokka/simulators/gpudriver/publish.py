@@ -28,9 +28,10 @@ import logging
 import os
 from pathlib import Path, PurePosixPath
 
-from mokka import fsops, layout
+from mokka import layout
 from mokka.errors import ApplyError
-from mokka.host import Directory, Host, Symlink
+from mokka.noderoot import fsops
+from mokka.noderoot.host import Directory, Host, Symlink
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``make_source(settings, host)`` takes the daemon's ``Settings`` and anything
 with a ``root`` and a ``resolve(node_path) -> Path`` method (the daemon
 passes its ``Host``).  The host is typed structurally on purpose: the state
-layer sits below ``mokka.host`` and must not import it; all the factory
+layer sits below ``mokka.noderoot.host`` and must not import it; all the factory
 needs is where the node path of the overrides file lands under the root,
 and the root itself, beneath which no link on the way to it is followed.
 """

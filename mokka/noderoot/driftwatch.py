@@ -35,7 +35,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from mokka.settled import Settled
+from mokka.noderoot.settled import Settled
 from mokka.state.sources.inotify import (
     IN_ATTRIB,
     IN_CLOSE_WRITE,

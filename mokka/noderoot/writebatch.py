@@ -3,7 +3,7 @@
 Readers see a path old or new, never half-written.  Links and device nodes
 are complete the moment they exist and are renamed at once; regular files
 wait in the batch until ``commit`` has made their data durable (see there
-for the argument).  Kept apart from ``mokka.convergence``, which decides
+for the argument).  Kept apart from ``mokka.noderoot.convergence``, which decides
 *what* to write and records it.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import attrs
 
-from mokka import fsops
-from mokka.artifacts import Artifact, CharDevice, CopyOf, File, Symlink
 from mokka.layout import temp_name
+from mokka.noderoot import fsops
+from mokka.noderoot.artifacts import Artifact, CharDevice, CopyOf, File, Symlink
 
 #: Batches of at most this many regular files are synced file by file (``commit``).
 _FILE_SYNC_BATCH = 4

@@ -1,12 +1,12 @@
 """The manifest: what one owner created under the node root, and the trust put in it.
 
-Kept apart from ``mokka.host`` (which decides *what* to create) because its
+Kept apart from ``mokka.noderoot.host`` (which decides *what* to create) because its
 one job is the bookkeeping itself:
 
 * durability: the record of a path is written before the path exists, so a
   fresh process can discard what a killed one left behind;
 * privacy: every bookkeeping directory is created 0700 and every file 0600
-  whatever the umask (``mokka.private_files``, with the check that they still
+  whatever the umask (``mokka.noderoot.private_files``, with the check that they still
   are), because the daemon (usually root) acts on what they say;
 * trust: before anything in a manifest, journal or backup is acted on, the
   file and its directory must be private (``check_private``), and every
@@ -28,10 +28,10 @@ from pathlib import Path
 import attrs
 
 from mokka.errors import UntrustedBookkeepingError
-from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.layout import JOURNAL_SUFFIX, MOKKA_STATE_DIR, SNAPSHOT_SUFFIX, SNAPSHOT_TMP_SUFFIX
 from mokka.lazylogger import LazyLogger
-from mokka.private_files import (
+from mokka.noderoot.filememo import MISSING, FileMemo, file_signature
+from mokka.noderoot.private_files import (
     PRIVATE_FILE_MODE,
     check_private,
     check_private_dir,
@@ -42,7 +42,7 @@ from mokka.private_files import (
 
 logger = LazyLogger(__name__)
 
-#: What a manifest records a path as (``mokka.convergence`` notes these).
+#: What a manifest records a path as (``mokka.noderoot.convergence`` notes these).
 KINDS = frozenset({"file", "symlink", "device", "dir"})
 #: A backup's name: the first 32 hex digits of the sha256 of its node path.
 _BACKUP_NAME = re.compile(r"[0-9a-f]{32}")
@@ -134,7 +134,7 @@ class Manifest:
         is removed: the journal it was folding in is still there.  The caller
         holds the owner's lock, and the node lock keeps other processes out.
         ``snapshots`` keeps the folded snapshot while the file is unchanged
-        (``mokka.filememo``), so a converge reads and checks it only after
+        (``mokka.noderoot.filememo``), so a converge reads and checks it only after
         it changed; the journal, almost always absent, is read every time.
         """
         manifest = cls(owner=owner, directory=directory)
@@ -233,7 +233,7 @@ class Manifest:
         disk) is kept in memory only: the path is already gone, and a later
         discard of a missing path is a no-op.  Unless ``durable``: the
         removal of a restored path must be on disk before its backup goes
-        (``mokka.backups``), so that one raises too.
+        (``mokka.noderoot.backups``), so that one raises too.
 
         ``held``: for a path nothing will be created for until the caller
         ``flush``es (a regular file of a batch: its temp file is made at

@@ -7,9 +7,9 @@ in the unit the verb takes, and whether anything will act on it.  Written
 from the parsed flags, not from the file: the line says what this call
 asked for, in the user's words, not the file's field names.
 
-Nothing here reads or writes the overrides file; ``mokka.ctl`` prints the
+Nothing here reads or writes the overrides file; ``mokka.ctl.command`` prints the
 line once the file is written, and decides the exit status from the
-daemon's part (``mokka.ctl_daemon``).
+daemon's part (``mokka.ctl.daemon_presence``).
 """
 
 from __future__ import annotations

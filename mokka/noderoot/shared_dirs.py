@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Final
 
 from mokka.errors import UntrustedBookkeepingError
-from mokka.filememo import MISSING, FileMemo, file_signature
 from mokka.layout import JOURNAL_SUFFIX, SNAPSHOT_SUFFIX
-from mokka.private_files import read_private
-from mokka.statedir import manifest_owners
+from mokka.noderoot.filememo import MISSING, FileMemo, file_signature
+from mokka.noderoot.private_files import read_private
+from mokka.noderoot.statedir import manifest_owners
 
 #: A file that failed its trust checks or could not be read: it lists nothing.
 _REFUSED: Final = object()

@@ -2,7 +2,7 @@
 
 Every converge reads its owner's manifest snapshot, and asks other owners'
 journals and snapshots whether they made a directory it found
-(``mokka.shared_dirs``).  Between two converges those files rarely change,
+(``mokka.noderoot.shared_dirs``).  Between two converges those files rarely change,
 yet reading and checking one is a JSON parse and a check of every record:
 for an owner of a thousand paths, more than the rest of a converge that
 changes nothing.  ``FileMemo`` keeps the parsed value of each file under

@@ -3,7 +3,7 @@
 Teardown must leave the node byte for byte as it was found, so a foreign
 file, link, fifo or device node that an artifact replaces is saved first
 (``save``) and restored when its owner lets the path go (``load`` then
-``restore``).  Apart from ``mokka.convergence`` because it is a trust
+``restore``).  Apart from ``mokka.noderoot.convergence`` because it is a trust
 boundary of its own: a backup sits in the node root for as long as the
 artifact does, where anyone with write access could change it, so every
 record is checked to be one ``save`` could have written before any of it
@@ -33,10 +33,15 @@ from pathlib import Path
 
 import attrs
 
-from mokka import fsops
 from mokka.errors import HostPathError, UntrustedBookkeepingError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.private_files import check_private_dir, make_private_dir, read_private, write_private
+from mokka.noderoot import fsops
+from mokka.noderoot.private_files import (
+    check_private_dir,
+    make_private_dir,
+    read_private,
+    write_private,
+)
 
 
 def owner_dir(backups: Path, owner: str, *, create: bool) -> Path | None:

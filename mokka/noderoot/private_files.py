@@ -8,9 +8,9 @@ file and its directory must be owned by the daemon's uid (or root) and not
 writable by group or others (``check_private``); anything else is an
 ``UntrustedBookkeepingError`` naming the file and why.
 
-Kept apart from ``mokka.manifest`` (which owns what the records mean) so
+Kept apart from ``mokka.noderoot.manifest`` (which owns what the records mean) so
 that a reader that only asks what a manifest says (``mokka ctl``'s
-``mokka.ctl_records``) loads none of the host's models to ask it.
+``mokka.ctl.records``) loads none of the host's models to ask it.
 """
 
 from __future__ import annotations

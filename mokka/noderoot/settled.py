@@ -3,7 +3,7 @@
 The fast path of a pass that changes nothing: ``Host`` keeps one ``Settled``
 record per owner and asks it whether the node still holds what it recorded,
 before any converge work is set up.  It is a value of its own (not part of
-``mokka.convergence``, which builds it) because the host keeps it between
+``mokka.noderoot.convergence``, which builds it) because the host keeps it between
 calls while a ``Convergence`` lives for one call only.
 
 One level up, ``Activity`` is what one simulator call (a stage, an apply)
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from mokka.artifacts import Artifact
+from mokka.noderoot.artifacts import Artifact
 
 #: An entry's ``signature``; ``None``: nothing there.
 Signature = tuple[int, ...] | None

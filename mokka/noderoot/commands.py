@@ -1,8 +1,8 @@
 """Host commands (systemctl, nvidia-ctk, mount): the runner ``Host.run`` goes through.
 
-Apart from ``mokka.host`` because it is a seam of its own: the daemon runs
+Apart from ``mokka.noderoot.host`` because it is a seam of its own: the daemon runs
 real commands (``SubprocessRunner``), tests inject a runner that records
-them (``CommandRunner``).  ``mokka.host`` re-exports both.
+them (``CommandRunner``).  ``mokka.noderoot.host`` re-exports both.
 """
 
 from __future__ import annotations

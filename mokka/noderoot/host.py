@@ -21,7 +21,7 @@ what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
   discard, so teardown leaves the node byte for byte as it was found,
 * keeps that bookkeeping private (0700/0600 whatever the umask) and refuses
   to act on any of it that someone else could have written
-  (``mokka.manifest``),
+  (``mokka.noderoot.manifest``),
 * turns the faults a node root can be expected to have (full, read-only, not
   ours to write, gone) into one ``HostFaultError`` line naming the path,
   instead of a traceback,
@@ -35,11 +35,11 @@ what they want (``File``, ``Symlink``, ``CharDevice``, ``Directory``,
   so the reconcile waves skip a repeated call over the same input
   without rendering anything (``mokka.daemon.waves.Replays``).
 
-The artifact types live in ``mokka.artifacts``, the manifest in
-``mokka.manifest``, path mapping in ``mokka.noderoot``, one converge
-call's work in ``mokka.convergence`` (which imports none of this module),
-the state directory's lifecycle in ``mokka.statedir`` and the recording
-of a call in ``mokka.recording``; the artifact types are re-exported
+The artifact types live in ``mokka.noderoot.artifacts``, the manifest in
+``mokka.noderoot.manifest``, path mapping in ``mokka.noderoot.paths``, one converge
+call's work in ``mokka.noderoot.convergence`` (which imports none of this module),
+the state directory's lifecycle in ``mokka.noderoot.statedir`` and the recording
+of a call in ``mokka.noderoot.recording``; the artifact types are re-exported
 here, the one module simulators import.
 All methods are blocking; simulators call them through
 ``trio.to_thread.run_sync`` once per batch (one thread hop per surface, not
@@ -58,7 +58,16 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from mokka.artifacts import (
+from mokka.errors import (
+    HostFaultError,
+    HostPathError,
+    MokkaError,
+    PassSuperseded,
+)
+from mokka.layout import JOURNAL_SUFFIX, MOKKA_MANIFESTS, SNAPSHOT_SUFFIX
+from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+from mokka.lazylogger import LazyLogger
+from mokka.noderoot.artifacts import (
     Artifact,
     CharDevice,
     ConvergeReport,
@@ -67,32 +76,23 @@ from mokka.artifacts import (
     File,
     Symlink,
 )
-from mokka.commands import CommandRunner, SubprocessRunner
-from mokka.errors import (
-    HostFaultError,
-    HostPathError,
-    MokkaError,
-    PassSuperseded,
-)
-from mokka.faults import EXPECTED_FAULTS, as_fault, node_path_of, owner_line
-from mokka.filememo import FileMemo
-from mokka.layout import JOURNAL_SUFFIX, MOKKA_MANIFESTS, SNAPSHOT_SUFFIX
-from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.lazylogger import LazyLogger
-from mokka.manifest import Manifest
-from mokka.noderoot import NodeRoot, ResolveCache
-from mokka.noderoot import norm as node_norm
-from mokka.recording import absorb_own_writes, note_looked_at, note_outside, record
-from mokka.recording import current as current_activity
-from mokka.recording import unchanged as still_unchanged
-from mokka.settled import RECORDING, Activity, Settled
-from mokka.shared_dirs import OwnerListings
-from mokka.statedir import StateDir, bookkeeping_owner
+from mokka.noderoot.commands import CommandRunner, SubprocessRunner
+from mokka.noderoot.faults import EXPECTED_FAULTS, as_fault, node_path_of, owner_line
+from mokka.noderoot.filememo import FileMemo
+from mokka.noderoot.manifest import Manifest
+from mokka.noderoot.paths import NodeRoot, ResolveCache
+from mokka.noderoot.paths import norm as node_norm
+from mokka.noderoot.recording import absorb_own_writes, note_looked_at, note_outside, record
+from mokka.noderoot.recording import current as current_activity
+from mokka.noderoot.recording import unchanged as still_unchanged
+from mokka.noderoot.settled import RECORDING, Activity, Settled
+from mokka.noderoot.shared_dirs import OwnerListings
+from mokka.noderoot.statedir import StateDir, bookkeeping_owner
 
 if TYPE_CHECKING:
     import subprocess
 
-    from mokka.driftwatch import DriftWatch
+    from mokka.noderoot.driftwatch import DriftWatch
 
 #: While a Stage wave may still give way to a newer input, the reconcile
 #: loop puts an event here; once it is set, a converge running in a worker
@@ -139,7 +139,7 @@ class Host:
     #: The private state directory beneath the root (created and removed as converges need it).
     state: StateDir = attrs.field(init=False)
     #: Serialises every owner's "share or create" and "remove and forget" of
-    #: directories (``mokka.convergence``).
+    #: directories (``mokka.noderoot.convergence``).
     dirs_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     #: One converge works the filesystem at a time, whatever its owner; it
     #: lets go only while it waits for the disk (``WriteBatch.commit``).
@@ -148,7 +148,7 @@ class Host:
     #: converge at a time").  Re-entrant: a converge that discards another
     #: owner on its way (a test's race) keeps its turn.
     disk_turn: threading.RLock = attrs.field(factory=threading.RLock, init=False)
-    #: Other owners' bookkeeping as parsed, while unchanged (``mokka.shared_dirs``).
+    #: Other owners' bookkeeping as parsed, while unchanged (``mokka.noderoot.shared_dirs``).
     listings: OwnerListings = attrs.field(factory=OwnerListings, init=False)
     #: Each owner's folded manifest snapshot while its file is unchanged (``Manifest.load``).
     snapshots: FileMemo = attrs.field(factory=FileMemo, init=False)
@@ -280,7 +280,7 @@ class Host:
         )
 
     def watch_for_drift(self) -> None:
-        """Let inotify vouch for converged records between repair passes (``mokka.driftwatch``).
+        """Let inotify vouch for converged records between repair passes (``driftwatch``).
 
         For a long-lived daemon: a view of the process's inotify descriptor
         (``shared_inotify``) with a watch per directory it placed into, taken
@@ -295,7 +295,7 @@ class Host:
         with self._drift_watch_guard:
             if self.drift_watch is None:
                 # imported here: a one-shot command (``mokka ctl``, ``--once``) has no use for it
-                from mokka.driftwatch import DriftWatch
+                from mokka.noderoot.driftwatch import DriftWatch
 
                 self.drift_watch = DriftWatch.open()
                 if self.drift_watch is None:
@@ -391,7 +391,7 @@ class Host:
         if not os.path.isdir(self.root):
             raise HostFaultError(f"{owner}: the node root {self.root} is gone")
         # imported here: reading a node root (``mokka ctl status``) converges nothing
-        from mokka.convergence import Convergence
+        from mokka.noderoot.convergence import Convergence
 
         with self.state.in_use():
             manifest_dir = self._manifest_dir()

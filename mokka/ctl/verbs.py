@@ -4,8 +4,8 @@ This module owns what a person types and reads: the verbs table
 (``VERBS``, in ``--help`` order), each verb's flags and help text, the
 ``--root``/``--file``/``--gpu`` options the verbs share, and the argparse
 action (``_Verbs``) that builds a verb's parser only when the command line
-names it.  Running a parsed call is ``mokka.ctl``'s business, and what a
-verb changes in the overrides file is ``mokka.ctl_edits``'.
+names it.  Running a parsed call is ``mokka.ctl.command``'s business, and what a
+verb changes in the overrides file is ``mokka.ctl.edits``'.
 
 It is separate because its cost is separate: argparse's parsers cost a
 call about as much as its work does, so ``mokka ctl temp`` builds the
@@ -41,7 +41,7 @@ from mokka.state.override_schema import (
 IB_COUNTER_VERB = "ib-counter"
 IB_COUNTER_MODULE = "mokka.simulators.ib.counters"
 IB_COUNTER_SUMMARY = "raise an InfiniBand port counter (sysfs and perfquery)"
-#: ``mokka ctl --help``'s description, under ``mokka`` and standalone (``mokka.ctl``).
+#: ``mokka ctl --help``'s description, under ``mokka`` and standalone (``mokka.ctl.command``).
 DESCRIPTION = (
     "Change the mock GPUs of a running node: every verb edits the node's overrides file "
     "under a lock, validates the result and replaces the file atomically; the node agent "
@@ -108,7 +108,7 @@ def _add_location(parser: argparse.ArgumentParser, default: object) -> None:
         f"<root>{layout.OVERRIDES}"))
     where.add_argument("--file", metavar="PATH", default=default, help="the overrides file itself")
     # beside the location: a call says where it writes and whether a daemon
-    # there applies it, and exits 3 when none does (``mokka.ctl``)
+    # there applies it, and exits 3 when none does (``mokka.ctl.command``)
     parser.add_argument("--no-daemon-ok", action="store_true", default=default or False, help=(
         "exit 0 when no daemon holds the node root (the change is written and applies "
         "when one starts; env MOKKA_CTL_NO_DAEMON_OK=1); default: exit 3"))
@@ -169,7 +169,7 @@ def _temp_flags(v: argparse.ArgumentParser) -> None:
 
 def _power_flags(v: argparse.ArgumentParser) -> None:
     # Watts on the command line (how people speak of power), mW in the file
-    # (how NVML reports it); ``mokka.ctl_edits.build_edit`` converts.
+    # (how NVML reports it); ``mokka.ctl.edits.build_edit`` converts.
     v.add_argument("--watts", type=float, required=True, metavar="N",
                    help="power draw in watts (fractions allowed; NVML reports whole mW)")
 
@@ -194,7 +194,7 @@ def _throttle_flags(v: argparse.ArgumentParser) -> None:
 
 def _pstate_flags(v: argparse.ArgumentParser) -> None:
     # Not ``choices=``: argparse compares exactly, and ``p2`` should work as
-    # well as ``P2``; ``mokka.ctl_edits.build_edit`` checks the value (in any
+    # well as ``P2``; ``mokka.ctl.edits.build_edit`` checks the value (in any
     # case) instead.
     v.add_argument("--state", required=True, metavar=pstate_range(),
                    help=f"{pstate_range()} (P0 is full performance), in any case")

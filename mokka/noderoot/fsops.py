@@ -1,7 +1,7 @@
 """The few filesystem operations a converge is built from, each with one meaning.
 
-Kept apart from ``mokka.convergence`` (what to place where) and
-``mokka.backups`` (what it replaced) because both need the same small
+Kept apart from ``mokka.noderoot.convergence`` (what to place where) and
+``mokka.noderoot.backups`` (what it replaced) because both need the same small
 answers to "is anything there", "make this gone", "write all of this",
 "flush the disk", and the fallback for a device node that cannot be made:
 one definition each, so a fault test that replaces one replaces it for
@@ -18,7 +18,7 @@ import re
 import stat
 from pathlib import Path
 
-from mokka.artifacts import CharDevice
+from mokka.noderoot.artifacts import CharDevice
 
 
 def file_digest(path: Path) -> str:

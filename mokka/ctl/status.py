@@ -6,7 +6,7 @@ of the machinery writing takes (``tests/test_startup_imports.py``).  This
 module owns how the file is shown: one ``TARGET FIELD VALUE`` row per
 leaf, values spelt the way ``set`` takes them, and ``--json`` output that
 is itself a valid overrides file.  It shares nothing with the verbs that
-write (``mokka.ctl_edits``) but the file, hence a module of its own.
+write (``mokka.ctl.edits``) but the file, hence a module of its own.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from mokka import layout
-from mokka.ctl_targets import parse_target
+from mokka.ctl.targets import parse_target
 from mokka.errors import MokkaError
-from mokka.noderoot import NodeRoot
+from mokka.noderoot.paths import NodeRoot
 from mokka.state.overrides import load_overrides, require_config_dir
 
 #: Where the ib simulator stages each HCA's port counters (``mokka.simulators.ib.sysfs``,

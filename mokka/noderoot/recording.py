@@ -4,11 +4,11 @@ The drift check of a replayed call: while ``record`` is open, ``Host``
 notes here every node path the call looks at (``note_looked_at``), every
 machine path outside the root it depends on (``note_outside``) and any
 command it runs, each with the signature it had then, in the ``Activity``
-of ``mokka.settled``.  ``unchanged`` later says whether the node is still
+of ``mokka.noderoot.settled``.  ``unchanged`` later says whether the node is still
 exactly what that call found and left, so the reconcile waves skip a
 repeated call over the same input (``mokka.daemon.waves.Replays``).
 
-Kept apart from ``mokka.host`` because it is a concern of its own (what
+Kept apart from ``mokka.noderoot.host`` because it is a concern of its own (what
 identifies a path's version, procfs and sysfs included) that the host only
 reports to: the host maps paths and converges, this module watches.
 """
@@ -20,8 +20,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 
 from mokka.errors import HostPathError
-from mokka.noderoot import NodeRoot, ResolveCache
-from mokka.settled import (
+from mokka.noderoot.paths import NodeRoot, ResolveCache
+from mokka.noderoot.settled import (
     RECORDING,
     UNCOMPARABLE,
     Activity,

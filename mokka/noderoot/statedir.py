@@ -7,7 +7,7 @@ empty root, the ancestors above it, recorded first so they can go again),
 the last one out removes it once nothing waits in it, so teardown leaves
 the root as it was found.
 
-Kept apart from ``mokka.host`` because this lifecycle (who may create it,
+Kept apart from ``mokka.noderoot.host`` because this lifecycle (who may create it,
 when it may go, what a killed process left half removed) is a concern of
 its own with its own lock, while the host maps paths and runs converges.
 ``Host`` holds one ``StateDir`` and asks it.
@@ -25,12 +25,12 @@ from pathlib import Path
 import attrs
 
 from mokka.errors import HostPathError, UntrustedBookkeepingError
-from mokka.fsops import rmdir_empty_tree
 from mokka.layout import JOURNAL_SUFFIX, MOKKA_MANIFESTS, SNAPSHOT_SUFFIX, SNAPSHOT_TMP_SUFFIX
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.manifest import is_node_path
-from mokka.noderoot import NodeRoot
-from mokka.private_files import (
+from mokka.noderoot.fsops import rmdir_empty_tree
+from mokka.noderoot.manifest import is_node_path
+from mokka.noderoot.paths import NodeRoot
+from mokka.noderoot.private_files import (
     check_private_dir,
     make_private_dir,
     read_private,

@@ -1,6 +1,6 @@
 """One ``Host.converge`` call's work: create, compare, back up, remove.
 
-``mokka.host`` decides *where* (paths resolved beneath the root, the
+``mokka.noderoot.host`` decides *where* (paths resolved beneath the root, the
 manifest directory, locking); this module does the filesystem work of one
 call, for one owner, with that owner's manifest: it places each wanted
 artifact (untouched when it already matches, backed up when it replaces
@@ -13,10 +13,10 @@ argument is there).  What a successful call leaves is returned as a
 ``Settled`` record, the next call's starting point for the same owner.
 
 What this module leans on lives beside it, one concern each: the
-filesystem primitives (``mokka.fsops``), the backups of what a placement
-replaces and their restore (``mokka.backups``), the removal of what the
-owner no longer wants (``mokka.removal``), and the record of a settled
-owner (``mokka.settled``).
+filesystem primitives (``mokka.noderoot.fsops``), the backups of what a placement
+replaces and their restore (``mokka.noderoot.backups``), the removal of what the
+owner no longer wants (``mokka.noderoot.removal``), and the record of a settled
+owner (``mokka.noderoot.settled``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,11 @@ from pathlib import Path
 
 import attrs
 
-from mokka import backups, fsops, removal
-from mokka.artifacts import (
+from mokka.errors import HostPathError
+from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
+from mokka.lazylogger import LazyLogger
+from mokka.noderoot import backups, fsops, removal
+from mokka.noderoot.artifacts import (
     Artifact,
     CharDevice,
     ConvergeReport,
@@ -39,14 +42,11 @@ from mokka.artifacts import (
     File,
     Symlink,
 )
-from mokka.errors import HostPathError
-from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
-from mokka.lazylogger import LazyLogger
-from mokka.manifest import Manifest
-from mokka.noderoot import NodeRoot, ResolveCache
-from mokka.settled import Settled, signature
-from mokka.shared_dirs import OwnerListings
-from mokka.writebatch import WriteBatch
+from mokka.noderoot.manifest import Manifest
+from mokka.noderoot.paths import NodeRoot, ResolveCache
+from mokka.noderoot.settled import Settled, signature
+from mokka.noderoot.shared_dirs import OwnerListings
+from mokka.noderoot.writebatch import WriteBatch
 
 logger = LazyLogger(__name__)
 
@@ -57,7 +57,7 @@ class Convergence:
 
     Given what it needs from the host rather than the host itself (the
     path mapping, the directory lock, where the bookkeeping lives, the
-    command runner), so this module never imports ``mokka.host``.
+    command runner), so this module never imports ``mokka.noderoot.host``.
     """
 
     paths: NodeRoot
@@ -67,7 +67,7 @@ class Convergence:
     #: The host's disk turn, held for this call (``Host.disk_turn``): let go
     #: while ``WriteBatch.commit`` waits for the disk, so another converge works meanwhile.
     disk_turn: threading.RLock
-    #: What other owners' bookkeeping says of directories (``mokka.shared_dirs``;
+    #: What other owners' bookkeeping says of directories (``mokka.noderoot.shared_dirs``;
     #: the host's, asked under ``dirs_lock``).
     listings: OwnerListings
     #: Where every owner's manifest lives (read for shared directories).
@@ -94,14 +94,14 @@ class Convergence:
     #: Real directories this call made (``mkdir``): what lies in one is only what
     #: this call put there, so ``place`` need not look before writing (see there).
     _made: set[str] = attrs.field(factory=set)
-    #: Its writes: temp files renamed over their paths (``mokka.writebatch``).
+    #: Its writes: temp files renamed over their paths (``mokka.noderoot.writebatch``).
     batch: WriteBatch = attrs.field(init=False)
     #: What the owner's last converge left (``Settled``): entries it finds
     #: unchanged are kept without being looked at again.
     previous: Settled | None = None
     #: What this call placed (node path -> artifact, real path) and the real
     #: directories it made sure of: what the next call's ``previous`` records,
-    #: and what ``mokka.removal`` keeps.
+    #: and what ``mokka.noderoot.removal`` keeps.
     placed: dict[str, tuple[Artifact, str]] = attrs.field(factory=dict)
     dirs: dict[str, None] = attrs.field(factory=dict)
     #: Directories of ``previous`` found to be the same ones again (node path -> bool).
@@ -430,7 +430,7 @@ class Convergence:
         return bool(name) and not backups.present(name, self.backups_dir(), self.manifest.owner)
 
     def backups_dir(self) -> Path:
-        """Where backups live beneath the root (``mokka.backups`` keeps one directory per owner).
+        """Where backups live beneath the root (``backups`` keeps one directory per owner).
 
         Not followed if it is a link: bookkeeping is a private directory of
         Mokka's, and a link there is refused where it is met (``check_private``)
@@ -462,7 +462,7 @@ class Convergence:
     # -- removal -------------------------------------------------------
 
     def remove_unwanted(self, wanted: set[str]) -> None:
-        """Remove what the owner created before but ``wanted`` lacks (``mokka.removal``)."""
+        """Remove what the owner created before but ``wanted`` lacks (``removal``)."""
         removal.remove_unwanted(self, wanted)
 
 

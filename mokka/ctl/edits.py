@@ -8,7 +8,7 @@ is taken, so a bad flag never touches the file; what the overrides schema
 checks (ranges, known fields) is left to it, so every such message names
 the field in the file.
 
-Nothing here reads or writes a file: ``mokka.ctl`` finds the file, takes
+Nothing here reads or writes a file: ``mokka.ctl.command`` finds the file, takes
 the lock and validates the whole result (``update_overrides``).  Kept apart
 from it so the document changes, where the units, the paired fields and
 the replace-or-merge rules live, read without any of the file handling.

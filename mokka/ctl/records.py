@@ -1,7 +1,7 @@
 """Whether ``mokka ctl``'s files are already recorded: then a call needs no host.
 
 A writing call records the overrides file and its lock in the manifests of
-``overrides.MANIFEST_OWNERS`` before creating them (``mokka.ctl.change``),
+``overrides.MANIFEST_OWNERS`` before creating them (``mokka.ctl.command.change``),
 through ``Host``, so that ``mokka cleanup`` removes them after a killed
 daemon.  Those records stay until the daemon resets the file (at its start
 and stop, under the same turn, ``overrides.records_locked``), and while
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mokka import layout
 from mokka.errors import UntrustedBookkeepingError
-from mokka.private_files import check_private, read_private
+from mokka.noderoot.private_files import check_private, read_private
 from mokka.state.overrides import MANIFEST_OWNERS, lock_path
 from mokka.state.reader import open_parent
 

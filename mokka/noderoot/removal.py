@@ -6,11 +6,11 @@ removed path by path, what it replaced is restored from its backup, a bind
 mount a killed process left is detached, and directories are removed
 deepest first while the ones wanted paths still live in stay.
 
-Kept apart from ``mokka.convergence``, which places what is wanted, because
+Kept apart from ``mokka.noderoot.convergence``, which places what is wanted, because
 removal has its own order, its own best-effort failure handling and its own
 reading of which directories to keep; it works on the call's
 ``Convergence`` (its manifest, the paths and directories it placed) and
-never imports ``mokka.host``.
+never imports ``mokka.noderoot.host``.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mokka import backups, fsops
 from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.layout import temp_name
 from mokka.lazylogger import LazyLogger
+from mokka.noderoot import backups, fsops
 
 if TYPE_CHECKING:
-    from mokka.convergence import Convergence
+    from mokka.noderoot.convergence import Convergence
 
 logger = LazyLogger(__name__)
 
@@ -82,7 +82,7 @@ def _sweep_backups(work: Convergence) -> None:
     """Remove the backups a kill left that the owner's manifest no longer names.
 
     Asked on a discard, the owner's last converge: its manifest then names
-    only the backups of paths that could not go (``mokka.backups.sweep``).
+    only the backups of paths that could not go (``mokka.noderoot.backups.sweep``).
     """
     swept = backups.sweep(
         work.backups_dir(), work.manifest.owner, set(work.manifest.backups.values())
@@ -196,7 +196,7 @@ def _remove(work: Convergence, norm: str) -> None:
     else:
         backups.restore(Path(real), saved)
         # Forgotten on disk before the backup goes: a kill in between leaves a
-        # record whose backup is still there (``mokka.backups``).
+        # record whose backup is still there (``mokka.noderoot.backups``).
         work.manifest.note("remove", norm, durable=True)
         backups.drop(saved)
     work.removed.append(norm)

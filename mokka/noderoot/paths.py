@@ -1,7 +1,7 @@
 """Node paths mapped beneath the node root, symlinks followed *inside* it.
 
-Kept apart from ``mokka.host`` so that ``mokka.convergence`` (one converge
-call's filesystem work) and ``mokka.host`` (locking, bookkeeping, the public
+Kept apart from ``mokka.noderoot.host`` so that ``mokka.noderoot.convergence`` (one converge
+call's filesystem work) and ``mokka.noderoot.host`` (locking, bookkeeping, the public
 API) both build on it and neither imports the other's internals: the layers
 read one way, ``noderoot`` < ``convergence`` < ``host``.
 

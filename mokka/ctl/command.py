@@ -18,7 +18,7 @@ root the file and its lock are never reached through a symlink, and the
 first call records both in the manifests of ``overrides.MANIFEST_OWNERS``
 through ``Host`` before creating them: ``mokka cleanup`` then removes them,
 and the directories they kept, after a killed daemon.  Later calls find
-them recorded and rewrite the file without the host (``mokka.ctl_records``).
+them recorded and rewrite the file without the host (``mokka.ctl.records``).
 
 The file is the whole interface: ``mokka ctl`` never talks to the daemon,
 so it works from ``kubectl exec`` in the pod, from the host, or from a
@@ -27,8 +27,8 @@ from it, and the library re-reads that at its next call (the daemon bumps a chan
 counter beside the engine config).
 
 A writing verb prints one line: what it changed, on which GPU, and
-whether a daemon will apply it (``mokka.ctl_report``): the file is written
-either way, but with no daemon holding the node root (``mokka.ctl_daemon``)
+whether a daemon will apply it (``mokka.ctl.report``): the file is written
+either way, but with no daemon holding the node root (``mokka.ctl.daemon_presence``)
 nothing acts on it until one starts, and a drill that forgot to start one
 should not pass.
 
@@ -52,10 +52,10 @@ first write; PyYAML only for a file Mokka did not write as JSON.
 This module runs a parsed call: it finds the file, has
 ``update_overrides`` change it (through the node root's ``Host`` when
 there is one) and turns failures into exit codes.  The rest of
-the command lives beside it, one concern each: ``mokka.ctl_verbs`` (the
+the command lives beside it, one concern each: ``mokka.ctl.verbs`` (the
 verbs, their flags and help, each verb's parser built only when named),
-``mokka.ctl_edits`` (what a verb changes in the document),
-``mokka.ctl_status`` (what ``status`` prints) and ``mokka.ctl_targets``
+``mokka.ctl.edits`` (what a verb changes in the document),
+``mokka.ctl.status`` (what ``status`` prints) and ``mokka.ctl.targets``
 (which GPU a ``--gpu`` names).
 """
 
@@ -70,15 +70,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mokka import layout
-from mokka.ctl_daemon import holder_soon
-from mokka.ctl_edits import apply, build_edit, reset
-from mokka.ctl_records import already_recorded
-from mokka.ctl_report import report_line
-from mokka.ctl_status import shown, status
-from mokka.ctl_targets import engine_gpus, parse_target
-from mokka.ctl_verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
+from mokka.ctl.daemon_presence import holder_soon
+from mokka.ctl.edits import apply, build_edit, reset
+from mokka.ctl.records import already_recorded
+from mokka.ctl.report import report_line
+from mokka.ctl.status import shown, status
+from mokka.ctl.targets import engine_gpus, parse_target
+from mokka.ctl.verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
-from mokka.noderoot import NodeRoot
+from mokka.noderoot.paths import NodeRoot
 from mokka.state.checks import found
 from mokka.state.overrides import (
     FILE_MODE,
@@ -90,7 +90,7 @@ from mokka.state.overrides import (
 )
 
 if TYPE_CHECKING:
-    from mokka.host import Host
+    from mokka.noderoot.host import Host
 
 #: The change is written, but no daemon holds the node root to apply it.
 EXIT_NO_DAEMON = 3
@@ -206,7 +206,7 @@ def node_host(args: argparse.Namespace) -> Host | None:
     root = node_root(args)
     if root is None:
         return None
-    from mokka.host import Host
+    from mokka.noderoot.host import Host
 
     return Host(root)
 
@@ -260,7 +260,7 @@ def change(path: Path, root: Path | None,
         if already_recorded(root):
             update_overrides(path, edit, root=root)  # ``replace_text``, no host
             return
-        from mokka.host import File, Host
+        from mokka.noderoot.host import File, Host
 
         host = Host(root)
         file_owner, lock_owner = MANIFEST_OWNERS
