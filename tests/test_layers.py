@@ -1,10 +1,12 @@
 """The package's layers, kept by walking every import with ``ast``.
 
-Lowest first: errors/settings/layout/native/logs < state < host < simulators
-< daemon < cli/ctl.  A module imports only from its own layer or lower ones
-(type-only imports under ``TYPE_CHECKING`` count too: they tangle the design
-just the same).  A new top-level module must be placed in ``LAYERS`` here,
-deliberately.
+Lowest first: errors/settings/layout/native/logs < state < noderoot <
+simulators < daemon < cli/ctl.  A module imports only from its own layer or
+lower ones (type-only imports under ``TYPE_CHECKING`` count too: they tangle
+the design just the same).  A new top-level module must be placed in
+``LAYERS`` here, deliberately.  Beyond the order: the node root is reached
+only through its package's face, no two modules import each other however
+indirectly, and the top level stays small.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ LAYERS: dict[str, int] = {
     "mokka.ctl": 5,  # with fabricmanager-ctl, a stand-alone command (nv-fabricmanager-ctl style)
     "mokka.__main__": 5,
 }
-NAMES = {0: "base", 1: "state", 2: "host", 3: "simulators", 4: "daemon", 5: "cli"}
+NAMES = {0: "base", 1: "state", 2: "noderoot", 3: "simulators", 4: "daemon", 5: "cli"}
 
 
 def module_name(path: Path) -> str:
@@ -148,3 +150,139 @@ def test_the_walker_sees_every_kind_of_import(source: str, module: str, expected
 )
 def test_the_layer_order(importer: str, imported: str, allowed: bool):
     assert (layer_of(imported) <= layer_of(importer)) is allowed
+
+
+# ---- the node root's face ------------------------------------------------------
+
+#: Who sits above the node root and so reaches it only through its face.
+NODEROOT_USERS = ("mokka.simulators", "mokka.daemon", "mokka.ctl", "mokka.cli")
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if _under(module_name(p), NODEROOT_USERS)],
+    ids=lambda p: module_name(p),
+)
+def test_the_node_root_is_reached_only_through_its_face(path: Path):
+    """``from mokka.noderoot import Host``, never ``from mokka.noderoot.host import ...``."""
+    inner = [
+        f"line {line}: imports {target}"
+        for line, target in imports_of(path)
+        if target.startswith("mokka.noderoot.")
+    ]
+    assert not inner, (
+        f"{module_name(path)} reaches into the node root; import the name from "
+        "mokka.noderoot (add it to its FACE if it is missing):\n" + "\n".join(inner)
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if _under(module_name(p), ("mokka.noderoot",))],
+    ids=lambda p: module_name(p),
+)
+def test_the_node_root_imports_nothing_above_it(path: Path):
+    above = [
+        f"line {line}: imports {target}"
+        for line, target in imports_of(path)
+        if _under(target, ("mokka.daemon", "mokka.simulators", "mokka.ctl", "mokka.cli"))
+    ]
+    assert not above, "\n".join(above)
+
+
+def test_the_face_lists_what_it_serves():
+    """Every name of the face loads from the module it names, and ``__all__`` says the same."""
+    import importlib
+
+    import mokka.noderoot as face
+
+    assert sorted(face.__all__) == sorted(face.FACE)
+    for name, module in face.FACE.items():
+        defined = getattr(importlib.import_module(f"mokka.noderoot.{module}"), name)
+        assert getattr(face, name) is defined, name
+    with pytest.raises(AttributeError, match="no attribute 'convergence_helper'"):
+        face.convergence_helper  # noqa: B018 - the lookup is the test
+
+
+def test_the_walker_sees_a_name_of_the_face_as_the_package():
+    """``from mokka.noderoot import Host`` is an import of the package, not of a module."""
+    found = imports_in("from mokka.noderoot import Host, fsops\n", "mokka.simulators.x")
+    assert [name for _line, name in found] == ["mokka.noderoot", "mokka.noderoot.fsops"]
+
+
+# ---- no circles, a small top level ---------------------------------------------------
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package and the modules it imports (packages as their ``__init__``)."""
+    names = {module_name(p) for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for path in MODULES:
+        module = module_name(path)
+        targets = set()
+        for _line, target in imports_of(path):
+            while target not in names and "." in target:
+                target = target.rpartition(".")[0]
+            if target in names and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_two_modules_import_each_other():
+    """Not even through others, nor for types only: the layering reads one way."""
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+#: At most about ten modules at the top of the package; the rest live in packages.
+TOP_LEVEL_LIMIT = 12
+
+
+def test_the_top_level_stays_small():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= TOP_LEVEL_LIMIT, top

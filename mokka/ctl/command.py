@@ -78,7 +78,7 @@ from mokka.ctl.status import shown, status
 from mokka.ctl.targets import engine_gpus, parse_target
 from mokka.ctl.verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
-from mokka.noderoot.paths import NodeRoot
+from mokka.noderoot import NodeRoot
 from mokka.state.checks import found
 from mokka.state.overrides import (
     FILE_MODE,
@@ -90,7 +90,7 @@ from mokka.state.overrides import (
 )
 
 if TYPE_CHECKING:
-    from mokka.noderoot.host import Host
+    from mokka.noderoot import Host
 
 #: The change is written, but no daemon holds the node root to apply it.
 EXIT_NO_DAEMON = 3
@@ -206,7 +206,7 @@ def node_host(args: argparse.Namespace) -> Host | None:
     root = node_root(args)
     if root is None:
         return None
-    from mokka.noderoot.host import Host
+    from mokka.noderoot import Host
 
     return Host(root)
 
@@ -260,7 +260,7 @@ def change(path: Path, root: Path | None,
         if already_recorded(root):
             update_overrides(path, edit, root=root)  # ``replace_text``, no host
             return
-        from mokka.noderoot.host import File, Host
+        from mokka.noderoot import File, Host
 
         host = Host(root)
         file_owner, lock_owner = MANIFEST_OWNERS

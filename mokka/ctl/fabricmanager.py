@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mokka import layout
 from mokka.errors import HostPathError
-from mokka.noderoot.paths import NodeRoot
+from mokka.noderoot import NodeRoot
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

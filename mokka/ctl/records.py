@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mokka import layout
 from mokka.errors import UntrustedBookkeepingError
-from mokka.noderoot.private_files import check_private, read_private
+from mokka.noderoot import check_private, read_private
 from mokka.state.overrides import MANIFEST_OWNERS, lock_path
 from mokka.state.reader import open_parent
 

@@ -19,7 +19,7 @@ from typing import Any
 from mokka import layout
 from mokka.ctl.targets import parse_target
 from mokka.errors import MokkaError
-from mokka.noderoot.paths import NodeRoot
+from mokka.noderoot import NodeRoot
 from mokka.state.overrides import load_overrides, require_config_dir
 
 #: Where the ib simulator stages each HCA's port counters (``mokka.simulators.ib.sysfs``,

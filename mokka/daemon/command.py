@@ -55,9 +55,7 @@ from mokka.daemon.runner import (
 )
 from mokka.errors import HostFaultError, MokkaError, SpecError
 from mokka.logs import setup_logging
-from mokka.noderoot.artifacts import ConvergeReport
-from mokka.noderoot.host import Host
-from mokka.noderoot.rootmarker import mark_made, remove_if_emptied
+from mokka.noderoot import ConvergeReport, Host, mark_made, remove_if_emptied
 from mokka.settings import LOCAL_ROOT, Settings
 from mokka.simulators.base import Simulator
 from mokka.simulators.registry import add_plugin_arguments, build_simulators

@@ -69,7 +69,7 @@ from mokka.daemon import waves
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.status import DurationSummary, PassResult, ReconcilerStatus, SimulatorOutcome
 from mokka.daemon.supervisor import Supervisor
-from mokka.noderoot.host import GIVE_WAY, Host
+from mokka.noderoot import GIVE_WAY, Host
 from mokka.simulators.base import Readiness, Simulator
 
 if TYPE_CHECKING:

@@ -54,7 +54,7 @@ from mokka.daemon.reconciler import Reconciler
 from mokka.daemon.supervisor import Supervisor
 from mokka.daemon.teardown import TeardownReport, teardown
 from mokka.errors import SpecError
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.base import Simulator
 
 if TYPE_CHECKING:

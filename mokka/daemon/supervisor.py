@@ -30,7 +30,7 @@ import trio
 
 from mokka.daemon.backoff import Backoff
 from mokka.daemon.status import DaemonStatus, SupervisorStatus
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.base import Readiness
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import trio
 
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import MokkaError
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.base import Applier, Simulator, implements
 
 logger = logging.getLogger(__name__)

@@ -34,8 +34,7 @@ import trio
 from mokka.daemon.status import SimulatorOutcome
 from mokka.daemon.supervisor import Supervisor
 from mokka.errors import MokkaError, PassSuperseded, SpecError
-from mokka.noderoot.host import Host
-from mokka.noderoot.settled import Activity
+from mokka.noderoot import Activity, Host
 from mokka.simulators.base import Applier, Daemon, Retractor, Simulator, implements
 
 if TYPE_CHECKING:

@@ -17,20 +17,46 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mokka.errors import HostPathError, MokkaError
 from mokka.layout import MOKKA_STATE_DIR as STATE_DIR
 from mokka.layout import temp_name
 from mokka.lazylogger import LazyLogger
 from mokka.noderoot import backups, fsops
-
-if TYPE_CHECKING:
-    from mokka.noderoot.convergence import Convergence
+from mokka.noderoot.artifacts import Artifact
+from mokka.noderoot.manifest import Manifest
+from mokka.noderoot.paths import NodeRoot, ResolveCache
 
 logger = LazyLogger(__name__)
+
+
+class Convergence(Protocol):
+    """What removal needs of one converge call (``mokka.noderoot.convergence``).
+
+    Named here rather than imported, so the layering reads one way: the
+    converge calls removal, and removal knows only this much of it.
+    """
+
+    paths: NodeRoot
+    manifest: Manifest
+    dirs_lock: threading.Lock
+    run: Callable[..., object]
+    removed: list[str]
+    resolved: ResolveCache
+    placed: dict[str, tuple[Artifact, str]]
+    dirs: dict[str, None]
+
+    def backups_dir(self) -> Path: ...
+
+    def forget_directory(self, norm: str, parts: list[str]) -> None: ...
+
+    def note_dir(self, op: str, key: str) -> None: ...
+
+    def listed_by_other_owner(self, key: str) -> bool: ...
 
 
 def remove_unwanted(work: Convergence, wanted: set[str]) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import attrs
 import trio
 
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 
 if TYPE_CHECKING:
     from mokka.state.model import State

@@ -40,7 +40,7 @@ import trio_util
 
 from mokka import layout
 from mokka.errors import HostPathError, SpecError
-from mokka.noderoot.host import Directory, File, Host
+from mokka.noderoot import Directory, File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.registry import SimulatorPlugin
 from mokka.state.model import State

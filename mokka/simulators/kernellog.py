@@ -47,7 +47,7 @@ import trio_util
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.noderoot.host import File, Host
+from mokka.noderoot import File, Host
 from mokka.simulators import kmsg
 from mokka.simulators.base import Readiness
 from mokka.simulators.registry import SimulatorPlugin

@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from mokka import layout
-from mokka.noderoot.host import Artifact, File, Host
+from mokka.noderoot import Artifact, File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.registry import SimulatorPlugin
 from mokka.state.model import State

@@ -38,7 +38,7 @@ import yaml
 
 from mokka import layout
 from mokka.errors import ApplyError, HostPathError, SpecError
-from mokka.noderoot.host import ConvergeReport, File, Host
+from mokka.noderoot import ConvergeReport, File, Host
 from mokka.state.model import State
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 
 from mokka.errors import CommandError, HostPathError
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.cri import mainconfig, tomlwriter
 from mokka.simulators.cri.settings import CriSettings
 

@@ -49,7 +49,7 @@ from pathlib import Path
 import attrs
 
 from mokka.errors import CommandError, HostPathError
-from mokka.noderoot.host import File, Host
+from mokka.noderoot import File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.cri import dropin as dropin_mod
 from mokka.simulators.cri import mainconfig, tomlwriter, toolkit

@@ -21,7 +21,7 @@ import logging
 import attrs
 import trio
 
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.cri import cdi
 from mokka.simulators.cri.runtime import RuntimeSetup

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 
-from mokka.noderoot.host import Artifact, ConvergeReport, CopyOf, File, Host, Symlink
+from mokka.noderoot import Artifact, ConvergeReport, CopyOf, File, Host, Symlink
 
 logger = logging.getLogger(__name__)
 

@@ -44,8 +44,7 @@ import trio
 
 from mokka import layout, native
 from mokka.errors import NativeArtifactMissing, PassSuperseded, StageError
-from mokka.noderoot.faults import owner_line
-from mokka.noderoot.host import Artifact, ConvergeReport, Directory, File, Host
+from mokka.noderoot import Artifact, ConvergeReport, Directory, File, Host, owner_line
 from mokka.simulators.base import Readiness
 from mokka.simulators.gpudriver import notice, nvml_setter, nvml_socket
 from mokka.simulators.gpudriver import publish as publishing

@@ -34,7 +34,7 @@ import attrs
 
 from mokka import layout, native
 from mokka.errors import NativeArtifactMissing
-from mokka.noderoot.host import Artifact, CopyOf, Symlink
+from mokka.noderoot import Artifact, CopyOf, Symlink
 
 #: The SONAME every consumer loads.
 NVML_SONAME = "libnvidia-ml.so.1"

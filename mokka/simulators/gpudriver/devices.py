@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.noderoot.host import Artifact, CharDevice
+from mokka.noderoot import Artifact, CharDevice
 from mokka.simulators.gpudriver.settings import GpuDriverSettings
 from mokka.state.model import State
 from mokka.state.profile_devices import MAX_GPU_MINOR  # the two above it: modeset, ctl

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 from mokka import layout
 from mokka.errors import HostPathError
-from mokka.noderoot.host import Artifact, ConvergeReport, File, Host
+from mokka.noderoot import Artifact, ConvergeReport, File, Host
 
 #: The counter's size and encoding; readers only compare it for a change.
 NOTICE_BYTES = 8

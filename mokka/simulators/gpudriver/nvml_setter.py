@@ -31,7 +31,7 @@ import trio
 
 from mokka import layout
 from mokka.errors import MokkaError
-from mokka.noderoot.host import File, Host
+from mokka.noderoot import File, Host
 from mokka.simulators.gpudriver import nvml_set
 from mokka.simulators.gpudriver.nvml_set import Change, Refusal, SetRequest
 from mokka.state.model import State

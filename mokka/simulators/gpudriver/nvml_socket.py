@@ -63,7 +63,7 @@ import trio
 from mokka import layout
 from mokka.errors import MokkaError
 from mokka.loglimit import LogLimit
-from mokka.noderoot.host import File, Host
+from mokka.noderoot import File, Host
 from mokka.simulators import unixsocket
 from mokka.simulators.gpudriver import nvml_set
 from mokka.simulators.gpudriver.nvml_setter import APPLY_TIMEOUT, Setter, peer_uid

@@ -24,7 +24,7 @@ from __future__ import annotations
 import platform
 
 from mokka import layout
-from mokka.noderoot.host import Artifact, File
+from mokka.noderoot import Artifact, File
 from mokka.simulators.gpudriver.devices import MIG_CAPS
 from mokka.state.model import State
 

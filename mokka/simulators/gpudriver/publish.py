@@ -30,8 +30,8 @@ from pathlib import Path, PurePosixPath
 
 from mokka import layout
 from mokka.errors import ApplyError
-from mokka.noderoot import fsops
-from mokka.noderoot.host import Directory, Host, Symlink
+from mokka.noderoot import MOUNTINFO as NODE_MOUNTINFO
+from mokka.noderoot import Directory, Host, Symlink, mounted_on
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +75,13 @@ def symlink_target() -> str:
 
 
 #: This process's mount table.
-MOUNTINFO = fsops.MOUNTINFO
+MOUNTINFO = NODE_MOUNTINFO
 
 
 def is_mountpoint(path: Path, mountinfo: Path = MOUNTINFO) -> bool:
     """Whether something is mounted on ``path`` in this mount namespace (``fsops.mounted_on``)."""
     try:
-        return fsops.mounted_on(path, mountinfo)
+        return mounted_on(path, mountinfo)
     except OSError as exc:
         raise ApplyError(f"cannot read the mount table {mountinfo}: {exc}") from exc
 

@@ -29,7 +29,7 @@ import attrs
 
 from mokka import layout
 from mokka.errors import SpecError
-from mokka.noderoot.host import Artifact, CopyOf
+from mokka.noderoot import Artifact, CopyOf
 
 #: Where the bundle lands inside the driver tree (``bin/`` and ``lib/`` as
 #: siblings, like in the image, so ``$ORIGIN/../lib`` holds).

@@ -21,7 +21,7 @@ import os
 import socket
 import sys
 
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.ib import mad
 from mokka.simulators.ib.mockib import UMAD_SOCKET
 from mokka.simulators.ib.sysfs import COUNTERS

@@ -38,7 +38,7 @@ import trio
 
 from mokka import layout
 from mokka.errors import MokkaError
-from mokka.noderoot.host import Directory, File, Host
+from mokka.noderoot import Directory, File, Host
 from mokka.simulators.ib import lids, mad
 from mokka.simulators.ib.fabric import Fabric
 from mokka.simulators.ib.hca import plan_hcas

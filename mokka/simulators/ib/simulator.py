@@ -42,7 +42,7 @@ import attrs
 import trio
 
 from mokka import layout, native
-from mokka.noderoot.host import Artifact, ConvergeReport, CopyOf, Directory, Host
+from mokka.noderoot import Artifact, ConvergeReport, CopyOf, Directory, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.ib import mad
 from mokka.simulators.ib.bundle import STAGED_DIR, bundle_artifacts, find_bundle

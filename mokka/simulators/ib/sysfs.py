@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mokka import layout
-from mokka.noderoot.host import Artifact, CharDevice, Directory, File
+from mokka.noderoot import Artifact, CharDevice, Directory, File
 from mokka.simulators.ib.hca import (
     CAP_MASK,
     IB_PCI_CLASS,

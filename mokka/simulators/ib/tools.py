@@ -33,7 +33,7 @@ import posixpath
 import attrs
 
 from mokka import layout, native
-from mokka.noderoot.host import Artifact, File
+from mokka.noderoot import Artifact, File
 from mokka.simulators.ib.bundle import STAGED_BIN
 
 #: The prefixes the wrappers redirect: the IB classes and device nodes.

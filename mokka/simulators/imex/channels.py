@@ -12,7 +12,7 @@ overlay announces.
 from __future__ import annotations
 
 from mokka.layout import DRIVER_DEV, DRIVER_PROC
-from mokka.noderoot.host import CharDevice, File
+from mokka.noderoot import CharDevice, File
 
 #: Directory of the channel nodes in the driver root.
 CHANNEL_DIR = f"{DRIVER_DEV}/nvidia-caps-imex-channels"

@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 
 from mokka.errors import SpecError
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 
 #: Names the NVIDIA driver registers; consumers look these up by name.
 CHANNELS_NAME = "nvidia-caps-imex-channels"

@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from mokka import layout
-from mokka.noderoot.host import Artifact, ConvergeReport, Directory, File, Host
+from mokka.noderoot import Artifact, ConvergeReport, Directory, File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.imex import archive, channels, procdevices
 from mokka.simulators.imex.archive import ArchiveError, ImexBinaries

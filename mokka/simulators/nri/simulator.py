@@ -32,7 +32,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.nri import connection
 from mokka.simulators.nri.inject import NodeView, adjustment

@@ -16,7 +16,7 @@ import stat
 
 from mokka import layout
 from mokka.errors import HostPathError
-from mokka.noderoot.host import Host
+from mokka.noderoot import Host
 from mokka.simulators.gpudriver.binaries import NVIDIA_SMI, NVML_SONAME
 from mokka.simulators.gpudriver.nvml_socket import SOCKET
 from mokka.simulators.nri.inject import GpuView, NodeView

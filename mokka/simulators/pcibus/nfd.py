@@ -11,7 +11,7 @@ ours alone: the directory is shared with other writers and is never wiped.
 
 from __future__ import annotations
 
-from mokka.noderoot.host import Artifact, File
+from mokka.noderoot import Artifact, File
 from mokka.state.model import State
 
 #: Our file in the features directory.

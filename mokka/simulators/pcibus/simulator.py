@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from mokka import layout, native
-from mokka.noderoot.host import ConvergeReport, CopyOf, Host
+from mokka.noderoot import ConvergeReport, CopyOf, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.pcibus.hierarchy import PciTree, plan_tree
 from mokka.simulators.pcibus.nfd import feature_artifacts

@@ -23,7 +23,7 @@ device and 17 for a bridge (the kernel prints ``PCI_BRIDGE_RESOURCES`` resp.
 from __future__ import annotations
 
 from mokka import layout
-from mokka.noderoot.host import Artifact, Directory, File, Symlink
+from mokka.noderoot import Artifact, Directory, File, Symlink
 from mokka.simulators.pcibus.config_space import build_config
 from mokka.simulators.pcibus.hierarchy import PciFunction, PciTree
 

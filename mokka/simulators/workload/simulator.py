@@ -43,7 +43,7 @@ import trio_util
 
 from mokka import layout
 from mokka.errors import HostPathError
-from mokka.noderoot.host import File, Host
+from mokka.noderoot import File, Host
 from mokka.simulators.base import Readiness
 from mokka.simulators.gpudriver import notice
 from mokka.simulators.workload.allocation import Shares, allocation_for, render_workload
