@@ -508,28 +508,51 @@ class Containerd:
 
         ``mounts``: (host path, container path) pairs, bind-mounted read-only.
         """
+        cid = self.start_container(
+            pod, pod_name, name, ["/bin/sh", "-c", script], env=env,
+            cdi_devices=cdi_devices, annotations=annotations, mounts=mounts)
+        status = self.wait_exited(cid, timeout, name)
+        lines = self.log_lines(pod_name, name)
+        self.crictl("rm", cid)
+        return Container(exit_code=int(status["exitCode"]), sections=_sections(lines))
+
+    def start_container(
+        self, pod: str, pod_name: str, name: str, command: Sequence[str], *,
+        env: dict[str, str] | None = None, cdi_devices: Sequence[str] = (),
+        annotations: dict[str, str] | None = None,
+        mounts: Sequence[tuple[str, str]] = (),
+        writable_mounts: Sequence[tuple[str, str]] = (),
+    ) -> str:
+        """Create and start a container running ``command``; its id (it may still run).
+
+        ``mounts`` and ``writable_mounts``: (host path, container path) pairs,
+        bind-mounted read-only and read-write.
+        """
+        binds = [(*pair, True) for pair in mounts] + [(*pair, False) for pair in writable_mounts]
         config = {
             "metadata": {"name": name},
             "image": {"image": IMAGE},
-            "command": ["/bin/sh", "-c", script],
+            "command": list(command),
             "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
             "log_path": f"{name}.log",
             "CDI_devices": [{"name": device} for device in cdi_devices],
             "annotations": annotations or {},
             "mounts": [{"container_path": container_path, "host_path": host_path,
-                        "readonly": True} for host_path, container_path in mounts],
+                        "readonly": readonly} for host_path, container_path, readonly in binds],
         }
         path = self.base / f"container-{pod_name}-{name}.json"
         path.write_text(json.dumps(config))
         pod_path = self.base / f"pod-{pod_name}.json"
         cid = self.crictl("create", pod, str(path), str(pod_path)).stdout.strip()
         self.crictl("start", cid)
-        status = self.wait_exited(cid, timeout, name)
-        logs = (self.base / "logs" / pod_name / f"{name}.log").read_text().splitlines()
+        return cid
+
+    def log_lines(self, pod_name: str, name: str) -> list[str]:
+        """What container ``name`` of pod ``pod_name`` has printed so far, line by line."""
+        log = self.base / "logs" / pod_name / f"{name}.log"
         # CRI log lines: "<time> <stream> <F|P> <text>"
-        lines = [line.split(" ", 3)[3] if line.count(" ") >= 3 else "" for line in logs]
-        self.crictl("rm", cid)
-        return Container(exit_code=int(status["exitCode"]), sections=_sections(lines))
+        return [line.split(" ", 3)[3] if line.count(" ") >= 3 else ""
+                for line in log.read_text(errors="replace").splitlines()]
 
     def wait_exited(self, cid: str, timeout: float, name: str = "") -> dict:
         """The container's CRI status once it is ``CONTAINER_EXITED``, or fail the test."""

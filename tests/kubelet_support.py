@@ -241,18 +241,30 @@ class LoggedProcess:
 
 
 def start_plugin(
-    *, node_root: Path, var_lib: Path, run: Path, config: Path, env: dict[str, str]
+    *, node_root: Path, var_lib: Path, run: Path, config: Path, env: dict[str, str],
+    driver_root_ctr: Path | None = None,
 ) -> LoggedProcess:
     """The plugin on the node published at ``<node_root>/run/nvidia/driver``, as a
-    user runs it on a host: ``--driver-root`` and ``--driver-root-ctr-path`` both at
-    the published driver root (the plugin is not in a container, so the host's path
-    is its own), NVML from there through ``LD_LIBRARY_PATH`` (the plugin checks for
-    NVML with a plain ``dlopen("libnvidia-ml.so.1")`` before it uses the driver
-    root), the flags that change in the plugin's config file ``config`` (a SIGHUP
+    user runs it on a host: ``--driver-root`` at the published driver root (the
+    host's path, which its CDI spec names), ``--driver-root-ctr-path`` at
+    ``driver_root_ctr`` (where the plugin reads the driver; default the same
+    published root: the plugin is not in a container, so the host's path is its
+    own), NVML from there through ``LD_LIBRARY_PATH`` (the plugin checks for NVML
+    with a plain ``dlopen("libnvidia-ml.so.1")`` before it uses the driver root),
+    the flags that change in the plugin's config file ``config`` (a SIGHUP
     re-reads it).  In its mount namespace the node's PCI tree is bound over
     ``/sys/bus/pci`` and ``/sys/devices`` (the tree's links are relative, so both),
-    ``var_lib`` over ``/var/lib`` and ``run`` over ``/run``."""
+    ``var_lib`` over ``/var/lib`` and ``run`` over ``/run``.
+
+    ``driver_root_ctr`` matters for the plugin's own CDI spec: on a node root
+    whose ``run/nvidia/driver`` is a symlink (a local or test root), the
+    toolkit's ``nvcdi`` resolves the links of every library it finds and then
+    strips the driver root as a prefix, which a resolved path no longer has:
+    every library is dropped from the spec.  Reading the driver from the
+    directory itself (``var/lib/nvml-mock/driver``), as a container sees its
+    mount of the driver root, keeps them (``driver_root_directory``)."""
     driver = node_root / "run/nvidia/driver"
+    ctr = driver if driver_root_ctr is None else driver_root_ctr
     sys_root = node_root / "var/lib/nvml-mock/sys"
     binds = [
         (sys_root / "bus/pci", "/sys/bus/pci"),
@@ -265,7 +277,42 @@ def start_plugin(
         "unshare", "--mount", "--propagation", "private", "--",
         "sh", "-c", f'{script} && exec "$0" "$@"',
         str(device_plugin_binary()),
-        f"--driver-root={driver}", f"--driver-root-ctr-path={driver}",
+        f"--driver-root={driver}", f"--driver-root-ctr-path={ctr}",
         f"--config-file={config}", "--fail-on-init-error=true",
     ]
-    return LoggedProcess.spawn(argv, {**env, "LD_LIBRARY_PATH": str(driver / "usr/lib64")})
+    return LoggedProcess.spawn(argv, {**env, "LD_LIBRARY_PATH": str(ctr / "usr/lib64")})
+
+
+def driver_root_directory(node_root: Path) -> Path:
+    """The driver root itself (no link on the way), as a container's mount shows it."""
+    return node_root / "var/lib/nvml-mock/driver"
+
+
+#: The spec the plugin writes under its ``cdi-*`` strategies (in ``/var/run/cdi``).
+PLUGIN_SPEC = "k8s.device-plugin.nvidia.com-gpu.json"
+#: The CDI kind of the plugin's devices (named by UUID).
+PLUGIN_CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
+
+
+def plugin_cdi_spec(*, node_root: Path, base: Path, env: dict[str, str]) -> Path:
+    """The plugin's own CDI spec for the node at ``node_root``: the plugin run once
+    under ``cdi-annotations`` (reading the driver from ``driver_root_directory``)
+    against a kubelet of its own under ``base``, stopped once registered; the
+    spec's path (in ``base``)."""
+    run = base / "run"
+    run.mkdir(parents=True, exist_ok=True)
+    pb2, pb2_grpc = compile_api(base)
+    config = base / "plugin-config.json"
+    config.write_text(
+        '{"version": "v1", "flags": {"plugin": {"deviceListStrategy": ["cdi-annotations"]}}}')
+    kubelet = Kubelet(pb2, pb2_grpc, base / "var-lib/kubelet/device-plugins")
+    kubelet.start()
+    plugin = start_plugin(node_root=node_root, var_lib=base / "var-lib", run=run,
+                          config=config, env=env,
+                          driver_root_ctr=driver_root_directory(node_root))
+    try:
+        plugin.wait_for_line("Registered device plugin for 'nvidia.com/gpu'")
+    finally:
+        plugin.stop()
+        kubelet.stop()
+    return run / "cdi" / PLUGIN_SPEC

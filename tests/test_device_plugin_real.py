@@ -35,12 +35,14 @@ from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from tests.daemon_support import PROCESS_TIMEOUT, daemon_env, run_mokka
 from tests.kubelet_support import (
+    PLUGIN_SPEC,
     WAIT,
     Kubelet,
     LoggedProcess,
     Registration,
     compile_api,
     device_plugin_binary,
+    driver_root_directory,
     start_plugin,
 )
 from tests.support import real_nvidia_smi, snapshot
@@ -341,8 +343,12 @@ def test_allocate_cdi_annotations(node: Node):
     kubelet = Kubelet(node.kubelet.pb2, node.kubelet.pb2_grpc,
                       base / "var-lib/kubelet/device-plugins")
     kubelet.start()
+    # The driver read from the directory itself, as the plugin's container sees
+    # its mount: through the node's run/nvidia/driver link, nvcdi drops every
+    # library (kubelet_support.start_plugin says why).
     plugin = start_plugin(node_root=node.root, var_lib=base / "var-lib", run=run,
-                          config=config, env=daemon_env())
+                          config=config, env=daemon_env(),
+                          driver_root_ctr=driver_root_directory(node.root))
     try:
         # Ends at once, failing, when the plugin exits instead (as it did
         # before the driver root had libcuda.so.<driver version>).
@@ -358,10 +364,19 @@ def test_allocate_cdi_annotations(node: Node):
     assert value == ",".join(f"{vendor}={node.uuids[i]}" for i in REQUESTED)
     # Every strategy is CDI: the plugin answers with the annotation alone.
     assert (dict(response.envs), list(response.mounts), list(response.devices)) == ({}, [], [])
-    spec = json.loads((run / "cdi/k8s.device-plugin.nvidia.com-gpu.json").read_text())
+    spec = json.loads((run / "cdi" / PLUGIN_SPEC).read_text())
     names = {device["name"]: device for device in spec["devices"]}
     for i in REQUESTED:
         nodes = names[node.uuids[i]]["containerEdits"]["deviceNodes"]
         assert {"path": f"/dev/nvidia{node.state.gpus[i].minor}",
                 "hostPath": f"{node.driver}/dev/nvidia{node.state.gpus[i].minor}"}.items() <= (
             nodes[0].items())
+    # The driver's libraries, named at the host's driver root (--driver-root), and
+    # the engine config's socket: NVML works in a container from this spec alone.
+    version = node.state.system.driver_version
+    mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
+    for library in (f"libnvidia-ml.so.{version}", f"libcuda.so.{version}"):
+        assert mounts.get(f"/usr/lib64/{library}") == f"{node.driver}/usr/lib64/{library}", mounts
+    assert mounts.get("/usr/bin/nvidia-smi") == f"{node.driver}/usr/bin/nvidia-smi", mounts
+    assert mounts.get("/run/nvidia-persistenced/socket") == (
+        f"{node.driver}/run/nvidia-persistenced/socket"), mounts

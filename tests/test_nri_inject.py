@@ -385,3 +385,42 @@ def test_injected_sources_are_what_pcibus_stages(tmp_path: Path) -> None:
     left = {path for path in set(snapshot(root)) - set(before)
             if not path.startswith(layout.MOKKA_STATE_DIR.lstrip("/"))}
     assert left == set()  # discard took the tree away again
+
+
+# ---- DMI ---------------------------------------------------------------------------
+
+STAGED_DMI = f"{layout.SYS_ROOT}/devices/virtual/dmi/id"
+
+
+def test_dmi_goes_to_every_container_the_plugin_adjusts_and_only_those() -> None:
+    view = make_view(dmi=STAGED_DMI)
+    dmi = [m for m in adjustment(box(env=("NVIDIA_VISIBLE_DEVICES=3",)), view).mounts
+           if m.destination == inject.DMI_DIR]
+    assert [(m.source, m.type, m.options) for m in dmi] == [
+        (STAGED_DMI, "bind", ("rbind", "ro", "nosuid", "nodev"))]
+    assert inject.DMI_DIR in destinations(
+        adjustment(box(annotations={ANNOTATION: "on"}), view))  # ambient
+    assert adjustment(box(), view) == Adjustment()  # no GPU: nothing, DMI neither
+    assert inject.DMI_DIR not in destinations(adjustment(box(env=("NVIDIA_VISIBLE_DEVICES=3",)),
+                                                          VIEW))
+
+
+@pytest.mark.parametrize("staged_as", ["devices/virtual/dmi/id", "class/dmi/id"])
+def test_the_view_binds_staged_dmi_only_over_a_dmi_the_node_has(
+    tmp_path: Path, staged_as: str
+) -> None:
+    root = tmp_path / "root"
+    staged = root / layout.SYS_ROOT.lstrip("/") / staged_as
+    staged.mkdir(parents=True)
+    (staged / "product_name").write_text("DGX H100\n")
+    sysfs = tmp_path / "sys"
+    (sysfs / "devices").mkdir(parents=True)
+    settings = NriSettings(mount_root="/node", sysfs=sysfs)
+    # This node's own sysfs has no DMI: nothing to mount over.
+    assert build_view(STATE, Host(root), settings).dmi is None
+    (sysfs / "devices/virtual/dmi/id").mkdir(parents=True)
+    assert build_view(STATE, Host(root), settings).dmi == f"/node{layout.SYS_ROOT}/{staged_as}"
+    # Nothing staged: nothing bound, whatever the node has.
+    (staged / "product_name").unlink()
+    staged.rmdir()
+    assert build_view(STATE, Host(root), settings).dmi is None

@@ -28,7 +28,16 @@ import pytest
 
 from mokka.state.compile import compile_profile
 from tests.containerd_support import IMAGE, Containerd, cleanup_node, per_series, staged_node
+from tests.daemon_support import daemon_env
 from tests.gpudriver_support import toolkit_binary
+from tests.kubelet_support import (
+    DEVICE_PLUGIN_PATH,
+    PLUGIN_CDI_KIND,
+    Kubelet,
+    compile_api,
+    device_plugin_binary,
+    plugin_cdi_spec,
+)
 from tests.nri_daemon_support import NriDaemonProcess
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,6 +71,19 @@ def generate_toolkit_spec(root: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+#: Where the device plugin's own spec goes on the node (its file name in /var/run/cdi).
+PLUGIN_SPEC_ON_NODE = "var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
+
+
+def install_device_plugin_spec(root: Path, base: Path) -> Path:
+    """The real device plugin's own CDI spec (``cdi-annotations``) for the node, in
+    the node's CDI directory, as the plugin's DaemonSet leaves it there."""
+    spec = plugin_cdi_spec(node_root=root, base=base, env=daemon_env())
+    installed = root / PLUGIN_SPEC_ON_NODE
+    installed.write_bytes(spec.read_bytes())
+    return installed
+
+
 @attrs.define
 class Node:
     containerd: Containerd
@@ -82,6 +104,7 @@ def node(
     root, containerd = staged.root, staged.containerd
     link = base / "nri.sock"
     generate_toolkit_spec(root)
+    plugin_spec = install_device_plugin_spec(root, base / "device-plugin")
     node = Node(containerd, NriDaemonProcess(link, base / "daemon", (str(root),)))
     try:
         containerd.start()
@@ -94,6 +117,7 @@ def node(
     finally:
         node.daemon.kill()
         forced = containerd.stop()
+        plugin_spec.unlink()
         cleanup_node(root)
         assert forced == [], forced
 
@@ -134,6 +158,17 @@ def test_a_spec_nvidia_ctk_wrote_gets_working_nvml(node: Node) -> None:
     assert result.sections["config"] == ["/var/lib/nvml-mock/driver/config/config.yaml"]
     smi = result.sections["smi"]
     assert any(GPU1.uuid in line for line in smi), smi
+
+
+def test_the_device_plugins_own_spec_gets_working_nvml(node: Node) -> None:
+    """The spec the real plugin writes under ``cdi-annotations`` mounts the driver's
+    libraries (the plugin reads the driver root as its container sees it); the
+    plugin adds the engine config and GPU 1's sysfs."""
+    result = node.run("plugin-spec", cdi_devices=[f"{PLUGIN_CDI_KIND}={GPU1.uuid}"])
+    assert result.exit_code == 0, result
+    assert result.sections["bus"] == [GPU1.bus_id]
+    assert result.sections["class"] == ["0x030200"]
+    assert result.sections["smi"] == [f"GPU 0: {GPU1.name} (UUID: {GPU1.uuid})"]
 
 
 def test_a_config_change_reaches_nvml_in_a_running_container_within_a_second(
@@ -226,3 +261,42 @@ def test_the_daemon_stopped_containers_still_start(node: Node) -> None:
         node.daemon.start()
         node.daemon.wait_for("configured by containerd", 2)
 
+
+def test_the_device_plugin_in_its_container_reports_each_gpus_numa_node(
+    node: Node, tmp_path: Path
+) -> None:
+    """The real plugin as its DaemonSet runs it: in a container that mounts the driver
+    root at ``/driver-root`` (so the plugin sees every GPU's sysfs entry), NVML from
+    there (the ``nvidia`` runtime puts the library on the path on a real node), the
+    kubelet's directory writable.  Go reads ``numa_node`` itself; each GPU's
+    ``Topology`` must be its profile NUMA node."""
+    pb2, pb2_grpc = compile_api(tmp_path)
+    kubelet = Kubelet(pb2, pb2_grpc, tmp_path / "device-plugins")
+    kubelet.start()
+    binary = device_plugin_binary()
+    cid = node.containerd.start_container(
+        node.pod, "nri", "device-plugin",
+        ["/usr/bin/nvidia-device-plugin", "--driver-root=/var/lib/nvml-mock/driver",
+         "--fail-on-init-error=true"],
+        env={"LD_LIBRARY_PATH": "/driver-root/usr/lib64"},
+        mounts=[("/var/lib/nvml-mock/driver", "/driver-root"),
+                (str(binary.resolve()), "/usr/bin/nvidia-device-plugin")],
+        writable_mounts=[(str(kubelet.directory), DEVICE_PLUGIN_PATH)],
+    )
+    try:
+        try:
+            registration = kubelet.next_registration()
+            (first, *_) = registration.wait_updates(1)
+        except AssertionError as error:
+            error.add_note("plugin log:\n" + "\n".join(
+                node.containerd.log_lines("nri", "device-plugin")[-40:]))
+            raise
+        numa = {d.ID: [n.ID for n in d.topology.nodes] for d in first.devices}
+        assert numa == {gpu.uuid: [gpu.numa_node] for gpu in STATE.gpus}
+        assert {gpu.numa_node for gpu in STATE.gpus} == {0, 1}
+    finally:
+        # SIGTERM first: the plugin removes its socket then.
+        node.containerd.crictl("stop", "--timeout", "10", cid, check=False)
+        node.containerd.remove(cid)
+        kubelet.stop()
+    assert list(kubelet.directory.iterdir()) == [], "the plugin removes its socket at SIGTERM"

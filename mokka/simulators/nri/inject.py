@@ -41,6 +41,11 @@ and a slow or failing decision must not hold up a container creation.
   ``/run/nvidia-persistenced/socket``, which a library with no config beside
   it asks.
 * the nvlink topology overlay, at its node path, when the node has one.
+* the board's DMI identity (``/sys/devices/virtual/dmi/id``, which
+  ``/sys/class/dmi/id`` links to: GPU feature discovery's ``gpu.machine``
+  reads ``product_name`` there), when the pcibus tree has one staged and the
+  node's own sysfs has that directory to mount over (``NodeView.dmi``); also
+  in ambient mode.
 * ``/proc/driver/nvidia`` and (IMEX profiles) ``/proc/devices``, only with
   ``NodeView.proc_mounts``: runc refuses every mount inside ``/proc`` but a
   few lxcfs files ("cannot be mounted because it is inside /proc"), which
@@ -89,6 +94,8 @@ _CONTROL_MINORS = frozenset({254, 255})
 CONTAINER_SOCKET = "/run/nvidia-persistenced/socket"
 CONTAINER_BIN_DIR = "/usr/bin"
 CONTAINER_LIB_DIR = "/usr/lib64"
+#: Where the kernel publishes DMI; ``/sys/class/dmi/id`` is a link to it.
+DMI_DIR = "/sys/devices/virtual/dmi/id"
 NVML_SONAME = "libnvidia-ml.so.1"
 
 #: Bounds on what one container may make the policy look at: a hostile or
@@ -145,6 +152,10 @@ class NodeView:
     topology: tuple[str, str] | None = None
     #: ``pci<domain>:<bus>`` roots present on the node's real sysfs
     host_pci_roots: frozenset[str] = frozenset()
+    #: the staged DMI directory, for ``DMI_DIR``; None where none is staged or
+    #: the node's own sysfs has no ``DMI_DIR`` (nothing to mount over: sysfs
+    #: is read-only, and the runtime would fail the container)
+    dmi: str | None = None
     ambient: bool = False
     proc_mounts: bool = False
 
@@ -173,6 +184,8 @@ def _adjustment(container: Container, node: NodeView) -> Adjustment:
         mounts += _gpu_mounts(gpus, node, every=len(gpus) == len(node.gpus))
     if ambient:
         mounts += _tool_mounts(node)
+    if node.dmi is not None:
+        mounts.append(_bind(node.dmi, DMI_DIR))
     mounts += _config_mounts(container, node)
     taken = {m.destination for m in container.mounts}
     unique: dict[str, Mount] = {}

@@ -3,10 +3,10 @@
 The GPUs with their sysfs paths come from the same plan the pcibus simulator
 stages (``plan_tree``), so a path injected is a path staged.  The optional
 overlays (the engine config socket, ``nvidia-smi``, the IMEX ``/proc/devices``,
-the topology document, the driver's ``/proc`` files) are looked up on the
-node: other simulators stage them or not by their own flags, and a mount of a
-missing source would fail the container.  Blocking (``lstat``, ``listdir``):
-run it in a thread.
+the topology document, the driver's ``/proc`` files, the board's DMI
+directory) are looked up on the node: other simulators stage them or not by
+their own flags, and a mount of a missing source would fail the container.
+Blocking (``lstat``, ``listdir``): run it in a thread.
 """
 
 from __future__ import annotations
@@ -19,10 +19,15 @@ from mokka.errors import HostPathError
 from mokka.noderoot import Host
 from mokka.simulators.gpudriver.binaries import NVIDIA_SMI, NVML_SONAME
 from mokka.simulators.gpudriver.nvml_socket import SOCKET
-from mokka.simulators.nri.inject import GpuView, NodeView
+from mokka.simulators.nri.inject import DMI_DIR, GpuView, NodeView
 from mokka.simulators.nri.settings import NriSettings
 from mokka.simulators.pcibus.hierarchy import plan_tree
 from mokka.state.model import State
+
+#: Where the pcibus tree may hold the board's DMI files, in the order tried:
+#: the kernel's own directory, then the class link's path (a directory or a
+#: link into the tree).
+STAGED_DMI = (f"{layout.SYS_ROOT}/devices/virtual/dmi/id", f"{layout.SYS_ROOT}/class/dmi/id")
 
 
 def plan_gpus(state: State) -> tuple[tuple[GpuView, ...], tuple[str, ...]]:
@@ -54,6 +59,9 @@ def build_view(state: State, host: Host, settings: NriSettings) -> NodeView:
         return src(node_path) if stat.S_IFMT(st.st_mode) == kind else None
 
     topology = present(layout.TOPOLOGY_OVERLAY, stat.S_IFREG)
+    dmi = None
+    if (settings.sysfs / DMI_DIR.removeprefix("/sys/")).is_dir():
+        dmi = next(filter(None, (present(p, stat.S_IFDIR) for p in STAGED_DMI)), None)
     return NodeView(
         gpus=gpus,
         switches=switches,
@@ -69,6 +77,7 @@ def build_view(state: State, host: Host, settings: NriSettings) -> NodeView:
         imex_proc_devices=present(layout.IMEX_PROC_DEVICES, stat.S_IFREG),
         topology=None if topology is None else (topology, layout.TOPOLOGY_OVERLAY),
         host_pci_roots=_pci_roots(settings),
+        dmi=dmi,
         ambient=settings.ambient,
         proc_mounts=settings.proc_mounts,
     )
