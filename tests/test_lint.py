@@ -29,7 +29,9 @@ def test_shell_scripts_pass_shellcheck() -> None:
     shellcheck = require_tool("shellcheck")
     scripts = sorted(str(p) for p in (ROOT / "scripts").iterdir() if p.is_file())
     result = subprocess.run(
-        [shellcheck, *scripts, str(ROOT / ".ci" / "run")],
+        # -x: follow what the scripts source (scripts/lib), from the checkout
+        [shellcheck, "-x", *scripts, str(ROOT / ".ci" / "run")],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,

@@ -488,7 +488,7 @@ def test_bootstrap_skips_an_install_that_is_current(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "native", tmp_path / "native", ignore=NOT_SOURCES)
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in"):
         shutil.copy(ROOT / name, tmp_path / name)
-    (tmp_path / "scripts").mkdir()
+    shutil.copytree(ROOT / "scripts" / "lib", tmp_path / "scripts" / "lib")
     shutil.copy(ROOT / "scripts" / "bootstrap", tmp_path / "scripts" / "bootstrap")
     venv.create(tmp_path / ".venv", with_pip=False)
 
