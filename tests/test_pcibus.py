@@ -272,6 +272,11 @@ async def test_sysfs_files_links_and_driver(host: Host, node_root: Path, native:
     assert (gpu / "resource").read_text().splitlines() == [
         "0x0000000000000000 0x0000000000000000 0x0000000000000000"] * 13
     assert oct((gpu / "vendor").stat().st_mode & 0o777) == "0o444"
+    # The link as the kernel spells it: a Gen 5 x16 GPU behind a port of the same link.
+    for device in (gpu, gpu.parent):
+        for kind in ("max", "current"):
+            assert (device / f"{kind}_link_speed").read_text() == "32.0 GT/s PCIe\n"
+            assert (device / f"{kind}_link_width").read_text() == "16\n"
 
     assert os.readlink(gpu / "driver") == "../../../../bus/pci/drivers/nvidia"
     assert (gpu / "driver").resolve() == sysfs / "bus/pci/drivers/nvidia"
@@ -287,8 +292,9 @@ async def test_sysfs_files_links_and_driver(host: Host, node_root: Path, native:
     listed = sorted(os.listdir(sysfs / "bus/pci/devices"))
     assert len(listed) == 24
     assert all((sysfs / "bus/pci/devices" / n / "config").stat().st_size == 256 for n in listed)
-    assert sorted(os.listdir(sysfs)) == ["bus", "devices"]
-    assert sorted(os.listdir(sysfs / "devices")) == ["pci0000:00", "pci0000:80"]
+    # Beside the bus: the DMI identity (class/dmi and devices/virtual/dmi).
+    assert sorted(os.listdir(sysfs)) == ["bus", "class", "devices"]
+    assert sorted(os.listdir(sysfs / "devices")) == ["pci0000:00", "pci0000:80", "virtual"]
 
     await sim.discard(host)
     assert snapshot(node_root) == before

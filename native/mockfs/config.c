@@ -33,12 +33,15 @@
 /* What the shim covers when MOKKA_MOCKFS_PREFIXES is unset: the PCI sysfs
  * tree (the bus view and the device hierarchy it links into), procfs's PCI
  * view (libpci falls back to it when sysfs fails: redirected, it finds
- * nothing rather than the host's devices), and the InfiniBand sysfs classes
- * and device nodes. */
+ * nothing rather than the host's devices), the system's DMI identity (the
+ * class view and the virtual device it links to), and the InfiniBand sysfs
+ * classes and device nodes. */
 static const char *const default_prefixes[] = {
     "/sys/bus/pci",
     "/sys/devices/pci*",
     "/proc/bus/pci",
+    "/sys/class/dmi",
+    "/sys/devices/virtual/dmi",
     "/sys/class/infiniband",
     "/sys/class/infiniband_mad",
     "/sys/class/infiniband_verbs",

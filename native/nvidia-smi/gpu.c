@@ -136,7 +136,13 @@ nvmlReturn_t smi_pstate_result(const struct gpu *g)
 
 const char *smi_failure(nvmlReturn_t r)
 {
-    return r == NVML_ERROR_NOT_SUPPORTED ? "N/A" : nvmlErrorString(r);
+    if (r == NVML_ERROR_NOT_SUPPORTED)
+        return "N/A";
+    /* The tool words a call the driver no longer answers itself, not as
+     * nvmlErrorString's "Deprecated". */
+    if (r == NVML_ERROR_DEPRECATED)
+        return "Requested functionality has been deprecated";
+    return nvmlErrorString(r);
 }
 
 const char *smi_enabled(nvmlEnableState_t state)

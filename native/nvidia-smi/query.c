@@ -225,7 +225,7 @@ static void print_failure(const struct field *f, nvmlReturn_t r)
         /* nvidia-smi brackets N/A, except for the memory temperature. */
         printf("%s", f->id == F_MEM_TEMP ? "N/A" : "[N/A]");
     else
-        printf("[%s]", nvmlErrorString(r));
+        printf("[%s]", smi_failure(r));
 }
 
 static int query(const struct field **selected, size_t nselected, int noheader, int nounits,

@@ -3,8 +3,9 @@
 Modules, one concept each: ``hierarchy`` (which functions, bridges and
 addresses a state calls for), ``config_space`` (their 256-byte config
 space), ``cpus`` (CPU lists and masks), ``sysfs`` (the tree as artifacts),
-``nfd`` (the feature file), ``settings`` (flags), ``simulator`` (the
-``Simulator``/``Applier`` tying them to the waves).
+``dmi`` (the system's DMI identity), ``nfd`` (the feature file),
+``settings`` (flags), ``simulator`` (the ``Simulator``/``Applier`` tying
+them to the waves).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Stage writes, in one ``Host.converge`` batch under the owner ``pcibus``,
 the PCI tree the state calls for (``sysfs.py``, laid out by
-``hierarchy.py``) and a copy of the built shim at
+``hierarchy.py``), the system's DMI identity (``dmi.py``) and a copy of the built shim at
 ``mokka.layout.DRIVER_LOCAL_LIB/libmockfs.so``.  Converging means a state
 with fewer GPUs removes the others' entries; a second stage of the same
 state rewrites nothing.  Apply writes NFD's feature file under the separate
@@ -25,6 +25,7 @@ import trio
 from mokka import layout, native
 from mokka.noderoot import ConvergeReport, CopyOf, Host
 from mokka.simulators.base import Readiness
+from mokka.simulators.pcibus.dmi import dmi_artifacts, system_identity
 from mokka.simulators.pcibus.hierarchy import PciTree, plan_tree
 from mokka.simulators.pcibus.nfd import feature_artifacts
 from mokka.simulators.pcibus.settings import PcibusSettings
@@ -100,7 +101,11 @@ class PcibusSimulator:
         # a tree without the shim that exposes it would be half a surface.
         library = native.artifact(native.MOCKFS_LIBRARY)
         tree = plan_tree(state, fallback_cpus=self.settings.fallback_cpus)
-        artifacts = [*tree_artifacts(tree), CopyOf(MOCKFS_STAGED, library, mode=0o755)]
+        artifacts = [
+            *tree_artifacts(tree),
+            *dmi_artifacts(system_identity(state)),
+            CopyOf(MOCKFS_STAGED, library, mode=0o755),
+        ]
         return tree, host.converge(STAGE_OWNER, artifacts)
 
     async def discard(self, host: Host) -> None:

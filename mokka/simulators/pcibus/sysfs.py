@@ -4,7 +4,8 @@ For each function of a ``PciTree`` (paths relative to the mock ``/sys``)::
 
     devices/<root>/[<bridge>/]<bdf>/{vendor,device,subsystem_vendor,
         subsystem_device,class,revision,irq,numa_node,local_cpulist,
-        local_cpus,resource,config}
+        local_cpus,resource,config,max_link_speed,max_link_width,
+        current_link_speed,current_link_width}
     devices/<root>/[<bridge>/]<bdf>/driver -> ../../../../bus/pci/drivers/nvidia
     bus/pci/devices/<bdf>                -> ../../../devices/<root>/.../<bdf>
     bus/pci/drivers/nvidia/<bdf>         -> ../../../../devices/<root>/.../<bdf>
@@ -15,8 +16,10 @@ or prefixed (``lspci -O sysfs.path=...``, ``libmockfs.so``, a container
 bind mount), and ``..`` after a link lands where it would on a real host.
 File modes and spellings are the kernel's: read-only attributes 0444,
 ``config`` and ``numa_node`` 0644; ids as ``0x%04x``, the class as
-``0x%06x``; ``resource`` lists 13 all-zero ``start end flags`` lines for a
-device and 17 for a bridge (the kernel prints ``PCI_BRIDGE_RESOURCES`` resp.
+``0x%06x``; link speeds as the kernel's ``pci_speed_string`` spells a
+generation (``16.0 GT/s PCIe``) and widths as lane counts; ``resource``
+lists 13 all-zero ``start end flags`` lines for a device and 17 for a
+bridge (the kernel prints ``PCI_BRIDGE_RESOURCES`` resp.
 ``PCI_NUM_RESOURCES`` lines), i.e. no BARs are claimed.
 """
 
@@ -35,6 +38,13 @@ _ZERO_RESOURCE = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
 
 _READ_ONLY = 0o444
 _WRITABLE = 0o644
+
+
+#: Link speed per PCIe generation, as the kernel prints it (``pci_speed_string``).
+LINK_SPEEDS = {
+    1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
+    5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe",
+}
 
 
 def _up(path: str) -> str:
@@ -59,6 +69,10 @@ def function_artifacts(fn: PciFunction) -> list[Artifact]:
         File(f"{base}/local_cpus", f"{fn.cpumask}\n", _READ_ONLY),
         File(f"{base}/resource", _ZERO_RESOURCE * resources, _READ_ONLY),
         File(f"{base}/config", build_config(fn), _WRITABLE),
+        File(f"{base}/max_link_speed", f"{LINK_SPEEDS[fn.link.max_gen]}\n", _READ_ONLY),
+        File(f"{base}/max_link_width", f"{fn.link.max_width}\n", _READ_ONLY),
+        File(f"{base}/current_link_speed", f"{LINK_SPEEDS[fn.link.current_gen]}\n", _READ_ONLY),
+        File(f"{base}/current_link_width", f"{fn.link.current_width}\n", _READ_ONLY),
     ]
     links: list[Artifact] = [
         Symlink(f"{layout.SYS_ROOT}/bus/pci/devices/{fn.bdf}", _up("bus/pci/devices") + fn.path),
