@@ -1,17 +1,26 @@
-"""Per-call cost of simple mock NVML getters against an indirect-call floor.
+"""Per-call cost of the mock NVML getters a polling consumer calls, against an
+indirect-call floor.
 
 A C harness dlopens the library built from the tree, initializes it on an
 8x H100 engine config, and times each getter in a tight loop; in the same
 run it times a call through a function pointer to a function that does
-nothing (the floor every exported NVML call pays at least).  Each getter is
-timed on three boards:
+nothing (the floor every exported NVML call pays at least).  The getters
+are every one the device plugin's health loop and DCGM-style exporters
+call in their loops: identity (UUID, handle by UUID, minor, name, PCI
+info), power, temperature, clocks, utilization, memory, clocks event
+reasons, performance state, energy, ECC counters, remapped rows,
+violation status, PCIe throughput, NVLink state, field values, running
+processes and the Xid event wait (a zero timeout on a set registered for
+Xids, the health loop's call).  Each is timed on four boards:
 
 * **idle**: no workload file, no pattern (every reading is the profile's);
+* **signature**: idle under the idle signature (``idle_signature: true``:
+  each GPU's own idle readings, derived once per clock tick);
 * **held**: a workload file with two pods holding the GPU (readings derived);
 * **dynamic**: a `dynamics` noise pattern on utilization (readings derived
   from the pattern at the current CLOCK_REALTIME_COARSE tick).
 
-The held and dynamic boards' readings come from the per-tick reading cache
+The signature, held and dynamic boards' readings come from per-tick caches
 (docs/workloads.md), so they should cost about what the idle board's do.
 
 Prints ns per call (the best of five rounds) and the ratio to the floor.
@@ -84,6 +93,18 @@ typedef nvmlReturn_t (*mem_fn)(nvmlDevice_t, nvmlMemory_t *);
 typedef nvmlReturn_t (*u64_fn)(nvmlDevice_t, unsigned long long *);
 typedef nvmlReturn_t (*str_fn)(nvmlDevice_t, char *, unsigned);
 typedef nvmlReturn_t (*proc_fn)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
+typedef nvmlReturn_t (*pci_fn)(nvmlDevice_t, nvmlPciInfo_t *);
+typedef nvmlReturn_t (*by_uuid_fn)(const char *, nvmlDevice_t *);
+typedef nvmlReturn_t (*ecc_fn)(nvmlDevice_t, nvmlMemoryErrorType_t, nvmlEccCounterType_t,
+                               unsigned long long *);
+typedef nvmlReturn_t (*rows_fn)(nvmlDevice_t, unsigned *, unsigned *, unsigned *, unsigned *);
+typedef nvmlReturn_t (*violation_fn)(nvmlDevice_t, nvmlPerfPolicyType_t, nvmlViolationTime_t *);
+typedef nvmlReturn_t (*pcie_fn)(nvmlDevice_t, nvmlPcieUtilCounter_t, unsigned *);
+typedef nvmlReturn_t (*link_fn)(nvmlDevice_t, unsigned, nvmlEnableState_t *);
+typedef nvmlReturn_t (*fields_fn)(nvmlDevice_t, int, nvmlFieldValue_t *);
+typedef nvmlReturn_t (*set_create_fn)(nvmlEventSet_t *);
+typedef nvmlReturn_t (*register_fn)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
+typedef nvmlReturn_t (*wait_fn)(nvmlEventSet_t, nvmlEventData_t *, unsigned);
 
 static volatile uint_fn g_floor = nothing;
 
@@ -108,6 +129,31 @@ int main(int argc, char **argv)
     proc_fn procs = (proc_fn)nvml_symbol("nvmlDeviceGetComputeRunningProcesses_v3");
     uint_fn pstate = (uint_fn)nvml_symbol("nvmlDeviceGetPerformanceState");
     u64_fn energy = (u64_fn)nvml_symbol("nvmlDeviceGetTotalEnergyConsumption");
+    pci_fn pci = (pci_fn)nvml_symbol("nvmlDeviceGetPciInfo_v3");
+    str_fn uuid = (str_fn)nvml_symbol("nvmlDeviceGetUUID");
+    by_uuid_fn by_uuid = (by_uuid_fn)nvml_symbol("nvmlDeviceGetHandleByUUID");
+    ecc_fn ecc = (ecc_fn)nvml_symbol("nvmlDeviceGetTotalEccErrors");
+    rows_fn rows = (rows_fn)nvml_symbol("nvmlDeviceGetRemappedRows");
+    violation_fn violation = (violation_fn)nvml_symbol("nvmlDeviceGetViolationStatus");
+    pcie_fn pcie = (pcie_fn)nvml_symbol("nvmlDeviceGetPcieThroughput");
+    link_fn link = (link_fn)nvml_symbol("nvmlDeviceGetNvLinkState");
+    fields_fn fields = (fields_fn)nvml_symbol("nvmlDeviceGetFieldValues");
+    uint_fn limit = (uint_fn)nvml_symbol("nvmlDeviceGetEnforcedPowerLimit");
+    set_create_fn set_create = (set_create_fn)nvml_symbol("nvmlEventSetCreate");
+    register_fn register_events = (register_fn)nvml_symbol("nvmlDeviceRegisterEvents");
+    wait_fn wait = (wait_fn)nvml_symbol("nvmlEventSetWait_v2");
+    char own_uuid[96];
+    uuid(dev, own_uuid, sizeof own_uuid);
+    nvmlEventSet_t set;
+    set_create(&set);
+    register_events(dev, nvmlEventTypeXidCriticalError, set);
+    nvmlPciInfo_t pci_info;
+    nvmlDevice_t found;
+    nvmlViolationTime_t violated;
+    nvmlEnableState_t state;
+    nvmlEventData_t event;
+    nvmlFieldValue_t values[1];
+    unsigned a, b, c, d;
 
     unsigned u;
     unsigned long long ull;
@@ -140,6 +186,21 @@ int main(int argc, char **argv)
     TIME("nvmlDeviceGetComputeRunningProcesses_v3", (n = 8, procs(dev, &n, infos)));
     TIME("nvmlDeviceGetPerformanceState", pstate(dev, &u));
     TIME("nvmlDeviceGetTotalEnergyConsumption", energy(dev, &ull));
+    TIME("nvmlDeviceGetPciInfo_v3", pci(dev, &pci_info));
+    TIME("nvmlDeviceGetUUID", uuid(dev, text, sizeof text));
+    TIME("nvmlDeviceGetHandleByUUID", by_uuid(own_uuid, &found));
+    TIME("nvmlDeviceGetClockInfo(MEM)", clock(dev, NVML_CLOCK_MEM, &u));
+    TIME("nvmlDeviceGetEnforcedPowerLimit", limit(dev, &u));
+    TIME("nvmlDeviceGetTotalEccErrors", ecc(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                            NVML_VOLATILE_ECC, &ull));
+    TIME("nvmlDeviceGetRemappedRows", rows(dev, &a, &b, &c, &d));
+    TIME("nvmlDeviceGetViolationStatus(POWER)", violation(dev, NVML_PERF_POLICY_POWER,
+                                                          &violated));
+    TIME("nvmlDeviceGetPcieThroughput(TX)", pcie(dev, NVML_PCIE_UTIL_TX_BYTES, &u));
+    TIME("nvmlDeviceGetNvLinkState", link(dev, 0, &state));
+    TIME("nvmlDeviceGetFieldValues(memory temperature)",
+         (values[0].fieldId = NVML_FI_DEV_MEMORY_TEMP, fields(dev, 1, values)));
+    TIME("nvmlEventSetWait_v2(Xid, 0 ms)", wait(set, &event, 0));
     return 0;
 }
 """
@@ -261,7 +322,7 @@ def main() -> None:
                                 {"harness": HARNESS, "visible": VISIBLE_HARNESS}, work)
 
         boards: dict[str, Path] = {}
-        for board in ("idle", "held", "dynamic"):
+        for board in ("idle", "signature", "held", "dynamic"):
             directory = work / board
             directory.mkdir()
             if board == "dynamic":
@@ -272,7 +333,10 @@ def main() -> None:
                 state = compile_profile(directory / "profile.yaml", node_name="bench")
             else:
                 state = compile_profile("h100", node_name="bench")
-            (directory / "config.yaml").write_text(render_engine_config(state))
+            text = render_engine_config(state)
+            if board == "signature":
+                text += "idle_signature: true\n"
+            (directory / "config.yaml").write_text(text)
             if board == "held":
                 (directory / "workload.yaml").write_text(WORKLOAD)
             boards[board] = directory / "config.yaml"
@@ -281,6 +345,7 @@ def main() -> None:
                    for board, config in boards.items()}
         (work / "node").mkdir()
         visible = change_to_visible(built["visible"], work / "lib", work / "node", args.changes)
+    # each board's figures against the floor of its own run
     floor = results["idle"]["floor"]
     print(f"per call, {args.calls} calls each; floor: an indirect call to a function "
           f"that does nothing ({floor:.1f} ns)")
@@ -288,7 +353,7 @@ def main() -> None:
         print(f"{board} board:")
         for label, ns in figures.items():
             if label != "floor":
-                report(BENCH, f"{board}: {label}", ns, "ns", floor=floor,
+                report(BENCH, f"{board}: {label}", ns, "ns", floor=figures["floor"],
                        floor_name="indirect call", goal=GOAL)
     print(f"change -> visible to a client spinning on nvmlDeviceGetUUID, {args.changes} "
           "changes each (ms)")

@@ -56,6 +56,9 @@ FIXED_SIZES: dict[tuple[str, str], str] = {
     ("nvmlDeviceGetGspFirmwareVersion", "version"): "0x40",
     # the export table id is a 16-byte UUID
     ("nvmlInternalGetExportTable", "pExportTableId"): "16",
+    # an array of NVML_MAX_GPU_PERF_PSTATES states; ``size`` counts its bytes
+    ("nvmlDeviceGetSupportedPerformanceStates", "pstates"):
+        "NVML_MAX_GPU_PERF_PSTATES * sizeof(nvmlPstates_t)",
 }
 
 #: Versioned structs outside NVML_STRUCT_VERSION: their version macro.

@@ -5,7 +5,9 @@
  * config's `cpu_affinity`, written in the kernel's spelling), else every
  * online CPU, as a host whose firmware gives no locality reports; a CPU's
  * GPU set (nvmlSystemGetTopologyGpuSet) is the GPUs whose affinity holds
- * it: both read one list per device (affinity_list).  Apart from pci.c,
+ * it: both read one list per device (affinity_list).  The NUMA node near
+ * a GPU (its memory affinity, the nearest CPU's node `topo -C` prints) is
+ * the profile's `numa_node`.  Apart from pci.c,
  * which answers the PCI address, link and topology questions.
  */
 #include <stdio.h>
@@ -174,11 +176,15 @@ MOCK_API nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device,
     return cpu_affinity(device, cpuSetSize, cpuSet);
 }
 
-MOCK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize,
-                                                  unsigned long *nodeSet,
-                                                  nvmlAffinityScope_t scope)
+/* ------------------------------------------------------------ NUMA nodes */
+
+/* The device's NUMA node (the profile's `numa_node`, 0 without one) as a
+ * node mask of `nodeSetSize` words.  On every simulated board the GPU's
+ * memory and its nearest CPUs share that node, so the memory affinity and
+ * the nearest CPU's node are one answer. */
+static nvmlReturn_t numa_affinity(nvmlDevice_t device, unsigned int nodeSetSize,
+                                  unsigned long *nodeSet)
 {
-    (void)scope;
     if (nodeSet == NULL || nodeSetSize == 0)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
@@ -193,6 +199,24 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned 
         nodeSet[node / bits] |= 1UL << (node % bits);
     mock_end(&c);
     return r;
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize,
+                                                  unsigned long *nodeSet,
+                                                  nvmlAffinityScope_t scope)
+{
+    (void)scope; /* NUMA node and socket coincide in the simulated layouts */
+    return numa_affinity(device, nodeSetSize, nodeSet);
+}
+
+/* What nvidia-smi's `topo -i <gpu> -C` ("NUMA IDs of closest CPU") asks
+ * through its export table (slot 223, export_table.c): the same
+ * (device, words, mask, scope) call as the memory affinity. */
+nvmlReturn_t mock_cpu_numa_affinity(nvmlDevice_t device, unsigned int nodeSetSize,
+                                    unsigned long *nodeSet, nvmlAffinityScope_t scope)
+{
+    (void)scope;
+    return numa_affinity(device, nodeSetSize, nodeSet);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)

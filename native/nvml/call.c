@@ -166,6 +166,21 @@ nvmlReturn_t mock_enable_field(nvmlDevice_t device, enum mock_guard guard, const
                       &(struct field_read){.field = field, .out = out});
 }
 
+nvmlReturn_t mock_enable_field_removable(nvmlDevice_t device, enum mock_deprecated_call removed,
+                                         const char *field, nvmlEnableState_t *out)
+{
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin_unless_deprecated(&c, device, MOCK_GUARDED, removed);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!read_enable(c.cfg, c.pos, &(struct field_read){.field = field, .out = out}))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
+
 nvmlReturn_t mock_enum_field(nvmlDevice_t device, enum mock_guard guard, const char *field,
                              const struct mock_enum_name *table, size_t n, long long fallback,
                              unsigned *out)

@@ -34,13 +34,19 @@ static const enum mock_key CLOCK_KEYS[][CLOCK_WHICH_COUNT] = {
                           MOCK_KEY_CLOCK_VIDEO_APP, MOCK_KEY_CLOCK_VIDEO_APP_DEFAULT},
 };
 
-static nvmlReturn_t clock_value(nvmlDevice_t device, nvmlClockType_t type,
-                                enum clock_which which, unsigned int *clock)
+/* One figure of a clock; `removed` names the call when a driver branch
+ * removed it (the applications clocks getters, deprecation.c), else
+ * MOCK_DEPRECATED_NONE. */
+static nvmlReturn_t removable_clock_value(nvmlDevice_t device, nvmlClockType_t type,
+                                         enum clock_which which,
+                                         enum mock_deprecated_call removed, unsigned int *clock)
 {
     if ((unsigned)type >= MOCK_COUNT(CLOCK_KEYS) || clock == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    nvmlReturn_t r = removed == MOCK_DEPRECATED_NONE
+                         ? mock_begin(&c, device, MOCK_GUARDED)
+                         : mock_begin_unless_deprecated(&c, device, MOCK_GUARDED, removed);
     if (r != NVML_SUCCESS)
         return r;
     if (!mock_key_uint(c.cfg, c.pos, CLOCK_KEYS[type][which], clock) &&
@@ -49,6 +55,12 @@ static nvmlReturn_t clock_value(nvmlDevice_t device, nvmlClockType_t type,
         r = NVML_ERROR_NOT_SUPPORTED;
     mock_end(&c);
     return r;
+}
+
+static nvmlReturn_t clock_value(nvmlDevice_t device, nvmlClockType_t type,
+                                enum clock_which which, unsigned int *clock)
+{
+    return removable_clock_value(device, type, which, MOCK_DEPRECATED_NONE, clock);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
@@ -67,14 +79,16 @@ MOCK_API nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device,
                                                      nvmlClockType_t clockType,
                                                      unsigned int *clockMHz)
 {
-    return clock_value(device, clockType, CLOCK_APP, clockMHz);
+    return removable_clock_value(device, clockType, CLOCK_APP, MOCK_DEPRECATED_APPLICATIONS_CLOCK,
+                                 clockMHz);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device,
                                                             nvmlClockType_t clockType,
                                                             unsigned int *clockMHz)
 {
-    return clock_value(device, clockType, CLOCK_APP_DEFAULT, clockMHz);
+    return removable_clock_value(device, clockType, CLOCK_APP_DEFAULT,
+                                 MOCK_DEPRECATED_DEFAULT_APPLICATIONS_CLOCK, clockMHz);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device,

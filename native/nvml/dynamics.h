@@ -15,6 +15,9 @@
  *                (performance state, clocks event reasons)
  *   energy.c     the total energy counter, the integral of the power draw
  *
+ * The idle signature (docs/nvml.md, "Idle readings") is the board model's
+ * too: dynamics.c derives it, readings.c keeps it per tick and serves it.
+ *
  * This header is theirs alone (mock.h is the library's): the structs the
  * four pass between them, and the helpers the hot path needs inline in more
  * than one of them (the board lookup, the clock, the memo's read).
@@ -152,6 +155,10 @@ enum pin {
     PIN_POWER = 1 << 3,
     PIN_TEMPERATURE = 1 << 4,
     PIN_CLOCK = 1 << 5,
+    PIN_MEMORY_TEMPERATURE = 1 << 6,
+    PIN_PCIE_TX = 1 << 7,
+    PIN_PCIE_RX = 1 << 8,
+    PIN_FAN = 1 << 9,
 };
 
 /* Every clocks event reason a board reports, by its profile field; the
@@ -170,6 +177,37 @@ _Static_assert(sizeof(struct mock_readings) % 8 == 0, "readings are whole words"
 struct reading_cache {
     struct tick_memo memo;
     unsigned long long words[READING_WORDS];
+};
+
+/* The idle signature's readings of one device at one instant: what an idle
+ * board reports in place of the profile's single figures (dynamics.c). */
+struct mock_idle {
+    long long tlimit_c;         /* T.Limit, which shrinks as the board warms */
+    unsigned power_mw;
+    int temperature_c;
+    int memory_c;               /* the memory's temperature */
+    unsigned tx_kbps, rx_kbps;  /* PCIe throughput */
+    unsigned fan_percent;
+};
+#define IDLE_WORDS (sizeof(struct mock_idle) / 8)
+_Static_assert(sizeof(struct mock_idle) % 8 == 0, "idle readings are whole words");
+struct idle_cache {
+    struct tick_memo memo;
+    unsigned long long words[IDLE_WORDS];
+};
+
+/* Where a device's idle signature sits: its stable place within its
+ * board's idle range and the phases of its slow drift, drawn from its
+ * identity (node name and UUID) when the snapshot is resolved. */
+struct idle_signature {
+    int on;                        /* the engine config asks for it (idle_signature) */
+    unsigned long long seed;       /* the device's identity, hashed */
+    double temperature_c, power_w; /* half-widths of the board's idle ranges */
+    double pcie_lo, pcie_hi;       /* KB/s, the board's idle PCIe traffic */
+    double place[4];               /* -1..1: temperature, power, PCIe TX, PCIe RX */
+    double period[2], phase[2];    /* the slow drift's two waves (s, rad) */
+    int has_memory, has_fan, has_pcie, has_power, has_temperature;
+    double memory_c, tx_kbps, rx_kbps, fan; /* the profile's figures */
 };
 
 /* Everything a device's readings derive from that the engine config holds:
@@ -193,7 +231,16 @@ struct mock_board {
     int has_energy;                     /* the board reports its energy */
     double energy_base;                 /* mJ, the profile's counter at the origin */
     unsigned long long serial;          /* tells boards apart, however memory is reused */
+    /* the idle bases the formula and the energy counter start from: the
+     * profile's draw and temperature, moved to the device's place in its
+     * board's idle range when the idle signature is on */
+    double base_power, base_temperature;
+    struct idle_signature idle;
+    /* the PCI record nvmlDeviceGetPciInfo* copy (pci.c fills it): it
+     * changes only with the config, so no call formats it */
+    nvmlPciInfo_t pci;
     struct reading_cache cache;         /* mutable: see struct reading_cache */
+    struct idle_cache idle_cache;       /* mutable: the idle readings of the last tick */
 };
 
 /* The device's board, resolved by the first reader of this snapshot; a
@@ -219,5 +266,9 @@ double mock_util_at(const struct mock_board *b, const struct mock_load *load, un
  * keeps what it answers).  `out` is zeroed, its holders set. */
 void mock_derive(const struct mock_board *b, const struct mock_load *loaded, unsigned pos,
                  double t, struct mock_readings *out);
+/* The idle signature's readings at time t (b->idle.on). */
+void mock_idle_at(const struct mock_board *b, double t, struct mock_idle *out);
+/* The idle draw (mW) at time t: the signature's, or the profile's. */
+double mock_idle_power_mw(const struct mock_board *b, double t);
 
 #endif

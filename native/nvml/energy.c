@@ -71,13 +71,17 @@ static void draw_model_of(const struct mock_board *b, const struct mock_load *lo
                           struct draw_model *m)
 {
     memset(m, 0, sizeof *m);
-    m->idle_mw = b->power;
+    m->idle_mw = b->base_power; /* the idle signature's place, or the profile's */
     m->limit_mw = b->limit;
     m->has_limit = b->has_limit;
     m->base_mj = b->energy_base;
     int capped, active = load->holders > 0 || b->dynamic;
-    if (!active || (b->pins & PIN_POWER)) {
+    if (b->pins & PIN_POWER) {
         m->constant_mw = fmax(b->power, 0); /* what the board reports */
+    } else if (!active) {
+        /* an idle board's draw; under the idle signature its mean (the
+         * drift and the jitter average out, as a meter averages noise) */
+        m->constant_mw = fmax(b->base_power, 0);
     } else if (b->p_power.kind != PATTERN_NONE) {
         m->p = b->p_power;
         m->watts = 1;
@@ -85,7 +89,7 @@ static void draw_model_of(const struct mock_board *b, const struct mock_load *lo
         m->p = b->p_util;
     } else {
         double util = b->pins & PIN_UTIL ? b->util : mock_util_at(b, load, 0, 0);
-        m->constant_mw = mock_draw_mw(b->power, b->limit, b->has_limit, 0, util, &capped);
+        m->constant_mw = mock_draw_mw(b->base_power, b->limit, b->has_limit, 0, util, &capped);
     }
 }
 

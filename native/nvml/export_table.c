@@ -19,7 +19,8 @@
  * mode); slots 213 to 215 the processes (the process table); slots 72, 138
  * and 145 what `dmon` and `pmon` need beyond the public getters (whether a
  * GPU can be monitored, the thermal violation time, per-process engine
- * use).  Each answers from the same profile field or public getter as that
+ * use); slot 223 the NUMA node of the CPUs nearest a GPU (`topo -C`).
+ * Each answers from the same profile field or public getter as that
  * fact's public call, so the two never differ; any other slot stays NULL
  * (nvidia-smi prints N/A, or for `-i` a message of its own).
  *
@@ -81,6 +82,7 @@
 #define SLOT_RESET_GROUP_PREPARE 183
 #define SLOT_RESET_GROUP_CHECK 184
 #define SLOT_RESET_DEVICES 168
+#define SLOT_CPU_NUMA_AFFINITY 223
 
 /* The GUID nvidia-smi passes: 6c3efec4-8fc9-4e6c-a327-ee696e12f7c4, in
  * the byte order of a Windows-style GUID struct (first three groups
@@ -451,6 +453,11 @@ static void build_table(void)
     set_slot(SLOT_RESET_GROUP_PREPARE, (const void *)(uintptr_t)&reset_group_step);
     set_slot(SLOT_RESET_GROUP_CHECK, (const void *)(uintptr_t)&reset_group_step);
     set_slot(SLOT_RESET_DEVICES, (const void *)(uintptr_t)&reset_devices);
+    /* Slot 223: (device, words, nodeSet, scope), the NUMA nodes of the CPUs
+     * nearest the GPU, which `topo -i <gpu> -C` prints as "NUMA IDs of
+     * closest CPU" (a failure: "Failed to display NUMA ID of nearest CPU",
+     * exit 255).  nvidia-smi passes 20 words and scope 0 (NVML_AFFINITY_SCOPE_NODE). */
+    set_slot(SLOT_CPU_NUMA_AFFINITY, (const void *)(uintptr_t)&mock_cpu_numa_affinity);
 }
 
 MOCK_API nvmlReturn_t nvmlInternalGetExportTable(const void **ppExportTable,

@@ -826,4 +826,54 @@ static inline nvmlReturn_t mock_begin(struct mock_call *call, nvmlDevice_t devic
     return NVML_SUCCESS;
 }
 
+/* ------------- deprecation.c, affinity.c, encoder.c, pstates.c: driver branches,
+ * the nearest CPU's NUMA node, encoder capacity, performance states */
+
+/* The calls a driver branch removed (deprecation.c holds the table). */
+enum mock_deprecated_call {
+    MOCK_DEPRECATED_DISPLAY_MODE,
+    MOCK_DEPRECATED_APPLICATIONS_CLOCK,
+    MOCK_DEPRECATED_DEFAULT_APPLICATIONS_CLOCK,
+    MOCK_DEPRECATED_POWER_STATE,
+    MOCK_DEPRECATED_RESET_STATUS, /* field values NVML_FI_DEV_(DRAIN_AND_)RESET_STATUS */
+    MOCK_DEPRECATED_NONE,         /* a call no branch removed */
+    MOCK_DEPRECATED_COUNT = MOCK_DEPRECATED_NONE
+};
+/* The driver branch the config claims (580 for "580.105.08"); 0 when its
+ * system.driver_version does not parse. */
+unsigned mock_driver_branch(const struct mock_config *cfg);
+/* 1 when that branch answers `call` with NVML_ERROR_DEPRECATED. */
+int mock_deprecated(const struct mock_config *cfg, enum mock_deprecated_call call);
+/* mock_begin for a call a branch may have removed: NVML_ERROR_DEPRECATED
+ * (for any handle of ours, lost or not) when the claimed driver removed
+ * `removed`, else mock_begin's answer for `guard`.  On success the caller
+ * must call mock_end. */
+nvmlReturn_t mock_begin_unless_deprecated(struct mock_call *call, nvmlDevice_t device,
+                                          enum mock_guard guard,
+                                          enum mock_deprecated_call removed);
+/* mock_enable_field (guarded) for a call a branch may have removed (call.c). */
+nvmlReturn_t mock_enable_field_removable(nvmlDevice_t device, enum mock_deprecated_call removed,
+                                         const char *field, nvmlEnableState_t *out);
+/* "P0".."P15" -> 0..15, NVML_PSTATE_UNKNOWN for anything else (power.c). */
+nvmlPstates_t mock_parse_pstate(const char *value);
+/* The NUMA nodes of the CPUs nearest a device (affinity.c), as a node mask
+ * of `nodeSetSize` words: nvidia-smi's `topo -C` (export table slot 223). */
+nvmlReturn_t mock_cpu_numa_affinity(nvmlDevice_t device, unsigned int nodeSetSize,
+                                    unsigned long *nodeSet, nvmlAffinityScope_t scope);
+
+/* ------------------------------------- idle signature, precomputed PCI */
+
+/* The device's PCI record, every field of a whole current nvmlPciInfo_t
+ * (pci.c); `pci` zeroed by the caller.  Run once per snapshot and device
+ * (the board, dynamics.c), so nvmlDeviceGetPciInfo* formats nothing. */
+void mock_pci_fill(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci);
+/* The device's PCI record as resolved for this snapshot; NULL only
+ * without memory (the caller fills its own). */
+const nvmlPciInfo_t *mock_board_pci(const struct mock_config *cfg, unsigned pos);
+/* The power draw (mW) of an idle device at time t (seconds since the
+ * epoch) under the idle signature: 1 and *mw when the signature decides it
+ * (on, the board idle, its draw not pinned), else 0 (the draw stands as
+ * read).  A driver sample's value (samples.c). */
+int mock_idle_power_at(const struct mock_config *cfg, unsigned pos, double t, unsigned *mw);
+
 #endif

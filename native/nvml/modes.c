@@ -24,9 +24,11 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnab
     return mock_enable_field(device, MOCK_GUARDED, "persistence_mode", mode);
 }
 
+/* Removed in the 580 drivers (deprecation.c); display active stays. */
 MOCK_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
 {
-    return mock_enable_field(device, MOCK_GUARDED, "display.mode", display);
+    return mock_enable_field_removable(device, MOCK_DEPRECATED_DISPLAY_MODE, "display.mode",
+                                       display);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)

@@ -31,8 +31,10 @@ unsigned mock_pci_device_id(const struct mock_config *cfg, unsigned pos)
     return packed_id(cfg, pos, "pci.vendor_id", "pci.device_id");
 }
 
-/* Fills a whole current (68-byte) nvmlPciInfo_t, which the caller zeroed. */
-static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci)
+/* Fills a whole current (68-byte) nvmlPciInfo_t, which the caller zeroed.
+ * Seven lookups and two copies of text: the board (dynamics.c) runs it
+ * once per snapshot and device, and the getters copy its answer. */
+void mock_pci_fill(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci)
 {
     mock_dev_uint(cfg, pos, "pci.domain", &pci->domain);
     mock_dev_uint(cfg, pos, "pci.bus", &pci->bus);
@@ -47,15 +49,22 @@ static void fill_pci(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t 
 }
 
 /* The PCI info of a device into a local current record: every version
- * is copied out of it, so each entry point writes exactly its own size. */
+ * is copied out of it, so each entry point writes exactly its own size.
+ * The record is the one resolved for the snapshot (it changes only with
+ * the config): a call copies 68 bytes and formats nothing. */
 static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
     if (r != NVML_SUCCESS)
         return r;
-    memset(pci, 0, sizeof *pci);
-    fill_pci(c.cfg, c.pos, pci);
+    const nvmlPciInfo_t *resolved = mock_board_pci(c.cfg, c.pos);
+    if (resolved != NULL) {
+        *pci = *resolved;
+    } else {
+        memset(pci, 0, sizeof *pci);
+        mock_pci_fill(c.cfg, c.pos, pci);
+    }
     mock_end(&c);
     return r;
 }

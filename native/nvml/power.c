@@ -83,8 +83,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
     return mock_read(device, read_energy, energy);
 }
 
-/* "P0".."P15" -> 0..15; NVML_PSTATE_UNKNOWN otherwise. */
-static nvmlPstates_t parse_pstate(const char *value)
+nvmlPstates_t mock_parse_pstate(const char *value)
 {
     unsigned long long n;
     if (value != NULL && (value[0] == 'P' || value[0] == 'p') && mock_parse_u64(value + 1, &n) &&
@@ -101,7 +100,11 @@ static nvmlReturn_t pstate(nvmlDevice_t device, enum mock_key key, nvmlPstates_t
     if (out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    /* the power state getter is removed in the 595 drivers (deprecation.c) */
+    nvmlReturn_t r = key == MOCK_KEY_POWER_STATE
+                         ? mock_begin_unless_deprecated(&c, device, MOCK_GUARDED,
+                                                        MOCK_DEPRECATED_POWER_STATE)
+                         : mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
     /* The two getters name one state: a performance state an override set
@@ -113,7 +116,7 @@ static nvmlReturn_t pstate(nvmlDevice_t device, enum mock_key key, nvmlPstates_t
     const char *value = mock_key_value(c.cfg, c.pos, key)->text;
     if (value == NULL)
         value = mock_key_value(c.cfg, c.pos, MOCK_KEY_PERFORMANCE_STATE)->text;
-    *out = (nvmlPstates_t)mock_reading_pstate(c.cfg, c.pos, parse_pstate(value));
+    *out = (nvmlPstates_t)mock_reading_pstate(c.cfg, c.pos, mock_parse_pstate(value));
     mock_end(&c);
     return r;
 }

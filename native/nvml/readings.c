@@ -20,7 +20,13 @@
  * and the memo's hit, the board lookup and the clock are inline in it.  The
  * same place answers what follows from the readings: the performance state
  * (P0 while busy) and the clocks event reasons.
+ *
+ * The idle signature's readings (dynamics.c) are kept the same way, in a
+ * memo of their own: they answer an idle board's draw, temperatures, fan
+ * and PCIe traffic, and a busy board's memory temperature, fan and PCIe
+ * traffic (the workload drives the rest).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +91,37 @@ static void cache_put(const struct mock_board *b, unsigned long long key, unsign
     mock_memo_put(&c->memo, c->words, READING_WORDS, key, generation, 0, r);
 }
 
+/* The idle signature's readings now: 1, or 0 when the config has none. */
+static int idle_now(const struct mock_board *b, struct mock_idle *out)
+{
+    if (!b->idle.on)
+        return 0;
+    struct instant now;
+    instant_now(&now);
+    struct idle_cache *c = (struct idle_cache *)&b->idle_cache; /* the board's mutable part */
+    if (!mock_cache_off && memo_get(&c->memo, c->words, IDLE_WORDS, now.key, 0, 0, out))
+        return 1;
+    mock_idle_at(b, instant_seconds(&now), out);
+    if (!mock_cache_off)
+        mock_memo_put(&c->memo, c->words, IDLE_WORDS, now.key, 0, 0, out);
+    return 1;
+}
+
+int mock_idle_power_at(const struct mock_config *cfg, unsigned pos, double t, unsigned *mw)
+{
+    if (pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES)
+        return 0;
+    const struct mock_board *b = board_of(cfg, pos);
+    if (b == NULL || !b->idle.on || !b->idle.has_power || (b->pins & PIN_POWER) || b->dynamic)
+        return 0;
+    struct mock_load load;
+    mock_workload_load(cfg, pos, &load);
+    if (load.holders > 0)
+        return 0;
+    *mw = (unsigned)lround(mock_idle_power_mw(b, t));
+    return 1;
+}
+
 /* Readings with nothing derived yet: the profile's, and who holds the board. */
 static void blank(struct mock_readings *out, unsigned holders)
 {
@@ -137,7 +174,9 @@ void mock_readings_at(const struct mock_config *cfg, unsigned pos, double t,
 /* ------------------------------------------------- readings as fields */
 
 enum quantity {
-    Q_UTIL, Q_UTIL_MEMORY, Q_MEMORY_USED, Q_POWER, Q_TEMPERATURE, Q_TLIMIT, Q_CLOCK, Q_REASON
+    Q_UTIL, Q_UTIL_MEMORY, Q_MEMORY_USED, Q_POWER, Q_TEMPERATURE, Q_TLIMIT, Q_CLOCK, Q_REASON,
+    /* the idle signature's alone: no workload or pattern moves them */
+    Q_MEMORY_TEMPERATURE, Q_PCIE_TX, Q_PCIE_RX, Q_FAN
 };
 
 static const struct {
@@ -153,6 +192,10 @@ static const struct {
     {"thermal.tlimit_c", Q_TLIMIT},
     {"clocks.sm_current", Q_CLOCK},
     {"clocks.graphics_current", Q_CLOCK},
+    {"thermal.temperature_memory_c", Q_MEMORY_TEMPERATURE},
+    {"pcie.tx_throughput_kbps", Q_PCIE_TX},
+    {"pcie.rx_throughput_kbps", Q_PCIE_RX},
+    {"fan.speed_percent", Q_FAN},
 };
 
 /* Which moving quantity `field` names (the reasons: which bit, in *bit). */
@@ -161,7 +204,7 @@ static int quantity_of(const char *field, enum quantity *q, unsigned long long *
     /* Most lookups are of fields that never move: turn them away on their
      * first letters before any string comparison. */
     switch (field[0]) {
-    case 'u': case 'm': case 'p': case 't': case 'c': break;
+    case 'u': case 'm': case 'p': case 't': case 'c': case 'f': break;
     default: return 0;
     }
     for (size_t i = 0; i < MOCK_COUNT(MOVING); i++) {
@@ -183,6 +226,43 @@ static int quantity_of(const char *field, enum quantity *q, unsigned long long *
     return 0;
 }
 
+/* A quantity under the idle signature: 1 and *out when the signature
+ * answers it (on, and the reading not pinned); `busy` boards take only the
+ * quantities no workload moves. */
+static int idle_reading(const struct mock_config *cfg, unsigned pos, enum quantity q, int busy,
+                        long long *out)
+{
+    const struct mock_board *b = board_of(cfg, pos);
+    const struct idle_signature *s = b != NULL ? &b->idle : NULL;
+    if (s == NULL || !s->on)
+        return 0;
+    int ok;
+    switch (q) {
+    case Q_POWER: ok = !busy && s->has_power && !(b->pins & PIN_POWER); break;
+    case Q_TEMPERATURE: ok = !busy && s->has_temperature && !(b->pins & PIN_TEMPERATURE); break;
+    case Q_TLIMIT: ok = !busy && b->has_tlimit && !(b->pins & PIN_TEMPERATURE); break;
+    case Q_MEMORY_TEMPERATURE: ok = s->has_memory && !(b->pins & PIN_MEMORY_TEMPERATURE); break;
+    case Q_PCIE_TX: ok = s->has_pcie && !(b->pins & PIN_PCIE_TX); break;
+    case Q_PCIE_RX: ok = s->has_pcie && !(b->pins & PIN_PCIE_RX); break;
+    case Q_FAN: ok = s->has_fan && !(b->pins & PIN_FAN); break;
+    default: ok = 0; break;
+    }
+    struct mock_idle idle;
+    if (!ok || !idle_now(b, &idle))
+        return 0;
+    switch (q) {
+    case Q_POWER: *out = idle.power_mw; break;
+    case Q_TEMPERATURE: *out = idle.temperature_c; break;
+    case Q_TLIMIT: *out = idle.tlimit_c; break;
+    case Q_MEMORY_TEMPERATURE: *out = idle.memory_c; break;
+    case Q_PCIE_TX: *out = idle.tx_kbps; break;
+    case Q_PCIE_RX: *out = idle.rx_kbps; break;
+    case Q_FAN: *out = idle.fan_percent; break;
+    default: return 0;
+    }
+    return 1;
+}
+
 /* A moving quantity's effective value (mock_reading_field's answer). */
 __attribute__((always_inline)) static inline int
 reading_of(const struct mock_config *cfg, unsigned pos, enum quantity q, unsigned long long bit,
@@ -190,8 +270,10 @@ reading_of(const struct mock_config *cfg, unsigned pos, enum quantity q, unsigne
 {
     struct mock_readings r;
     unsigned holders;
-    if (pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES || !readings_now(cfg, pos, &r, &holders))
+    if (pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES)
         return 0;
+    if (!readings_now(cfg, pos, &r, &holders))
+        return idle_reading(cfg, pos, q, 0, out); /* else the profile's */
     /* a reason an override set reads as the override says */
     if (r.pinned_reasons & bit)
         return 0;
@@ -208,6 +290,7 @@ reading_of(const struct mock_config *cfg, unsigned pos, enum quantity q, unsigne
         break;
     case Q_CLOCK: *out = r.sm_clock_mhz; break;
     case Q_REASON: *out = (r.reasons & bit) != 0; break;
+    default: return idle_reading(cfg, pos, q, 1, out);
     }
     return 1;
 }

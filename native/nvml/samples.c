@@ -9,7 +9,10 @@
  * reader's figures follow the board within a second.
  * Sample times are aligned to the sampling period, so two reads in the same
  * period return the same samples and `lastSeenTimeStamp` works as on a
- * real board: only samples newer than it are returned.
+ * real board: only samples newer than it are returned.  Under the idle
+ * signature (dynamics.c) an idle board's power samples are each the draw at
+ * its own time, so their minimum, maximum and average differ as a real
+ * board's do, and the newest is the draw a reading answers.
  */
 #include <stdio.h>
 #include <sys/time.h>
@@ -93,7 +96,10 @@ MOCK_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType
         for (unsigned i = 0; i < n; i++) {
             samples[i].timeStamp = newest - (unsigned long long)(n - 1 - i) * SAMPLE_PERIOD_US;
             samples[i].sampleValue.ullVal = 0;
-            samples[i].sampleValue.uiVal = value;
+            unsigned at = value;
+            if (type == NVML_TOTAL_POWER_SAMPLES)
+                mock_idle_power_at(c.cfg, c.pos, (double)samples[i].timeStamp / 1e6, &at);
+            samples[i].sampleValue.uiVal = at;
         }
         *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
         *sampleCount = n;

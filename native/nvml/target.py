@@ -75,6 +75,9 @@ SOURCES = (
     "events.c",
     "export_table.c",
     "system.c",
+    "deprecation.c",
+    "encoder.c",
+    "pstates.c",
 )
 
 CFLAGS = (
