@@ -40,11 +40,12 @@ import attrs
 
 from mokka import layout
 from mokka.state.compile import compile_profile
+from mokka.state.profile import load_profile
 from tests.nvml_support import compiler, load_target, node_path, run_smi, write_config
 from tests.support import DATA, real_nvidia_smi
 
-#: Profiles with a real capture, each ``tests/data/nvidia-smi/qx-<name>.xml``.
-CAPTURED_PROFILES = ("a100", "b200", "gb200", "h100")
+#: Profiles with a real capture, each ``tests/data/nvidia-smi/qx-<name>.xml``: every built-in.
+CAPTURED_PROFILES = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
 
 #: Node name the comparison compiles the profiles for (it only seeds identities).
 NODE_NAME = "worker-1"
@@ -143,8 +144,12 @@ NO_BLACKWELL = (
     "Unknown; the library reports NVML_DEVICE_ARCH_BLACKWELL (pynvml reads 10)"
 )
 CLOCKS_CUT = (
-    "the board lists 260 graphics clocks; nvidia-smi 535 asks for at most 256 and prints "
-    "Unknown Error for a longer list, so the profile keeps the 256 highest (2062..150 MHz)"
+    "the board lists {count} graphics clocks; nvidia-smi 535 asks for at most 256 and prints "
+    "Unknown Error for a longer list, so the profile keeps the 256 highest ({kept})"
+)
+NO_HOST_LINK_GEN = (
+    "the host side's top PCIe generation (4 on this tray, below the Gen 6 link) has no "
+    "profile field, and the library answers nvidia-smi 535's query for it as not supported"
 )
 
 #: Every difference the comparison finds, per capture: element path → reason.
@@ -155,16 +160,19 @@ KNOWN_DIFFERENCES: dict[str, dict[str, str]] = {
     },
     "b200": {
         "product_architecture": NO_BLACKWELL,
-        "display_mode": DEPRECATED,
     },
     "gb200": {
         "product_architecture": NO_BLACKWELL,
-        "display_mode": DEPRECATED,
-        "supported_clocks": CLOCKS_CUT,
+        "supported_clocks": CLOCKS_CUT.format(count=260, kept="2062..150 MHz"),
     },
-    "h100": {
-        "display_mode": DEPRECATED,
+    "gb300": {
+        "product_architecture": NO_BLACKWELL,
+        "supported_clocks": CLOCKS_CUT.format(count=261, kept="2070..157 MHz"),
+        "pci/pci_gpu_link_info/pcie_gen/max_host_link_gen": NO_HOST_LINK_GEN,
     },
+    "h100": {},
+    "l40s": {},
+    "t4": {},
 }
 
 
@@ -335,6 +343,15 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def estimates(profile: str) -> list[str]:
+    """What a built-in profile states without a document behind it: its ``sources``
+    entries that are estimates, as ``group: what``.  The capture cannot check these
+    either (nvidia-smi does not print them, or the driver no longer answers)."""
+    note = load_profile(profile).sources
+    return [f"{group}: {s.what}" for group, entries in note.items() for s in entries
+            if s.is_estimate]
+
+
 def main(argv: list[str]) -> int:
     profiles = argv or list(CAPTURED_PROFILES)
     with tempfile.TemporaryDirectory(prefix="mokka-fidelity-") as tmp:
@@ -352,6 +369,11 @@ def main(argv: list[str]) -> int:
             gpus = sum(1 for d in c.differences if _bare(d.path) == path)
             print(f"  {path} ({gpus}x): mock {_short(first.ours)!r}, real {_short(first.real)!r}"
                   f" -- {known.get(path, 'NOT LISTED')}")
+        if not c.differences:
+            print("  none")
+        print(f"{c.profile}: not from a document (sources: estimate)")
+        for line in estimates(c.profile):
+            print(f"  {line}")
     return 0
 
 

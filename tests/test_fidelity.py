@@ -29,7 +29,11 @@ SAME_ADDRESSES = ("a100", "h100")
 
 #: The share of compared elements each capture must reach: the figures of docs/fidelity.md,
 #: rounded down to a tenth of a percent.
-DOCUMENTED_SHARE = {"a100": 0.976, "b200": 0.975, "gb200": 0.963, "h100": 0.987}
+DOCUMENTED_SHARE = {"a100": 0.976, "b200": 0.987, "gb200": 0.975, "gb300": 0.963,
+                    "h100": 1.0, "l40s": 1.0, "t4": 1.0}
+
+#: What nvidia-smi prints for a query the capture's driver no longer answers.
+DEPRECATED = "Requested functionality has been deprecated"
 
 #: nvidia-smi 535 asks for at most this many graphics clocks per memory clock.
 SMI_535_MAX_GRAPHICS_CLOCKS = 256
@@ -64,7 +68,8 @@ def test_board_facts_match_the_capture(profile: str) -> None:
     for gpu, real in _gpus(profile):
         f = gpu.fields
         assert gpu.name == real.findtext("product_name")
-        assert gpu.architecture == (real.findtext("product_architecture") or "").lower()
+        architecture = (real.findtext("product_architecture") or "").lower().replace(" ", "_")
+        assert gpu.architecture == architecture
         assert gpu.minor == int(real.findtext("minor_number") or -1)
         assert f["board_part_number"] == real.findtext("board_part_number")
         assert f["gpu_part_number"] == real.findtext("gpu_part_number")
@@ -106,9 +111,17 @@ def test_memory_matches_the_capture(profile: str) -> None:
         assert f["bar1_memory"]["total_bytes"] == (
             _number(real.findtext("bar1_memory_usage/total")) * MiB)
         histogram = real.findtext("remapped_rows/row_remapper_histogram/row_remapper_histogram_max")
-        assert f["remapped_rows"]["availability_histogram"]["max"] == _number(histogram)
+        if histogram is None:  # pre-Ampere: retired pages, no row remapper
+            assert real.findtext("remapped_rows") == "N/A"
+            assert "remapped_rows" not in f
+            assert "retired_pages" in f
+        else:
+            assert f["remapped_rows"]["availability_histogram"]["max"] == _number(histogram)
         assert f["ecc"]["mode_current"].capitalize() == real.findtext("ecc_mode/current_ecc")
-        assert f["mig"]["mode_current"].capitalize() == real.findtext("mig_mode/current_mig")
+        if real.findtext("mig_mode/current_mig") == "N/A":  # a board without MIG
+            assert "mig" not in f
+        else:
+            assert f["mig"]["mode_current"].capitalize() == real.findtext("mig_mode/current_mig")
 
 
 _POWER_TAGS = (("min_limit_mw", "min_power_limit"), ("max_limit_mw", "max_power_limit"),
@@ -143,7 +156,13 @@ def test_clocks_match_the_capture(profile: str) -> None:
                          ("memory_app", "applications_clocks/mem_clock"),
                          ("graphics_app_default", "default_applications_clocks/graphics_clock"),
                          ("memory_app_default", "default_applications_clocks/mem_clock")):
-            assert clocks[key] == _number(real.findtext(tag)), key
+            text = real.findtext(tag)
+            if text == DEPRECATED:
+                # Driver 595 no longer answers: the profile gives the max clock to the
+                # clients that still ask (its sources say so).
+                assert clocks[key] == clocks[key.split("_")[0] + "_max"], key
+                continue
+            assert clocks[key] == _number(text), key
         ours = gpu.fields["supported_clocks"]["memory_clocks"]
         theirs = real.findall("supported_clocks/supported_mem_clock")
         assert [m["freq_mhz"] for m in ours] == [_number(m.findtext("value")) for m in theirs]
@@ -170,7 +189,7 @@ def test_thermal_thresholds_match_the_capture(profile: str) -> None:
             if text is not None and text != "N/A":
                 assert gpu.fields["thermal"][key] == _number(text), key
                 compared += 1
-        assert compared >= 4  # every capture reports one family of thresholds
+        assert compared >= 3  # every capture reports one family of thresholds
 
 
 @pytest.mark.parametrize("profile", SAME_ADDRESSES)
@@ -220,7 +239,7 @@ def test_share_of_equal_elements_holds_the_documented_figure(comparisons, profil
         f"{profile}: {c.equal}/{c.compared} = {c.share:.4f} is below the documented "
         f"{DOCUMENTED_SHARE[profile]}: {sorted(c.differing_paths())}"
     )
-    assert min(DOCUMENTED_SHARE.values()) >= 0.95
+    assert min(DOCUMENTED_SHARE.values()) >= 0.96
 
 
 @pytest.mark.realclient

@@ -223,7 +223,7 @@ RULES = [
     ("system.num_devices", 9,
      "h100.yaml: system.num_devices: 9 is more than the 4 devices declared, expected at most 4"),
     ("gpus", [], "h100.yaml: gpus: unknown key, expected one of: device_defaults, devices, "
-     "dynamic_metrics_defaults, infiniband, nvlink, pcie_topology, system, version"),
+     "dynamic_metrics_defaults, infiniband, nvlink, pcie_topology, sources, system, version"),
     ("devices", [], "h100.yaml: devices: empty list, expected at least one device"),
     ("devices", ..., "h100.yaml: devices: missing, expected a list of device entries with "
      "index and pci.bus_id"),
@@ -493,7 +493,7 @@ def test_a_value_the_engine_config_cannot_spell_is_refused_by_the_parser(
     """YAML reads these to values no engine config line can carry: refused here, as
     a bad input (the last good state stays), not by the Stage wave (the node unready)."""
     _, text = read_profile_text("t4")
-    text = text.replace("vbios_version: 90.04.96.00.01", f"vbios_version: {written}", 1)
+    text = text.replace("vbios_version: 90.04.96.00.02", f"vbios_version: {written}", 1)
     with pytest.raises(SpecError) as info:
         parse_profile(text, source="t4.yaml")
     assert info.value.problems == (f"t4.yaml: {message}",)

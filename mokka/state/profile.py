@@ -61,6 +61,7 @@ from mokka.state.profile_files import (
     is_builtin,
     read_profile_text,
 )
+from mokka.state.profile_sources import Source, parse_sources
 from mokka.state.reader import load_yaml
 
 __all__ = [
@@ -83,6 +84,8 @@ TOP_LEVEL_KEYS = (
     "infiniband",
     # upstream's per-profile defaults of the dynamic metrics generator
     "dynamic_metrics_defaults",
+    # where the values come from (mokka.state.profile_sources); not compiled
+    "sources",
 )
 SYSTEM_KEYS = (
     "driver_version", "nvml_version", "cuda_version", "cuda_version_major",
@@ -148,6 +151,9 @@ class Profile:
     #: ``None``: no block, or ``enabled: false``.
     infiniband: InfinibandSpec | None = None
     document: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    #: The ``sources:`` note, group → entries (``mokka.state.profile_sources``).  Kept
+    #: out of ``document``: it describes the profile, and a change to it is no new state.
+    sources: Mapping[str, tuple[Source, ...]] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def from_mapping(cls, doc: Any, *, source: str, name: str | None = None) -> Profile:
@@ -173,6 +179,7 @@ class Profile:
         # after the devices: a root may only list bus ids they declare
         roots = parse_roots(p, top.get("pcie_topology"), devices)
         infiniband = parse_infiniband(p, top.get("infiniband"))
+        sources = parse_sources(p, top.get("sources"))
         num = system.num_devices if system is not None else None
         if num is not None and devices and num > len(devices):
             p.add("system.num_devices", f"{num} is more than the {len(devices)} devices "
@@ -182,7 +189,9 @@ class Profile:
         assert version is not None
         return cls(
             name=name or source, version=version, system=system, devices=tuple(devices),
-            nvlink=nvlink, roots=tuple(roots), infiniband=infiniband, document=top,
+            nvlink=nvlink, roots=tuple(roots), infiniband=infiniband,
+            document={key: value for key, value in top.items() if key != "sources"},
+            sources=sources,
         )
 
     def selected_devices(self) -> tuple[DeviceSpec, ...]:
