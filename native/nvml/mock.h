@@ -789,6 +789,13 @@ int mock_nvlink_wired_switch(const struct mock_config *cfg, unsigned pos, unsign
                              unsigned *sw, unsigned *port);
 /* NVML's packed PCI id (device << 16 | vendor) of the node's NVSwitches. */
 unsigned mock_nvswitch_pci_id(const struct mock_config *cfg);
+/* On a direct GPU mesh (no NVSwitch): 1 with the position of the GPU a
+ * device's link reaches (*peer) and the link of it that it lands on; 0 for
+ * any other link and for one the mesh leaves unwired. */
+int mock_nvlink_wired_gpu(const struct mock_config *cfg, unsigned pos, unsigned link,
+                          unsigned *peer, unsigned *peer_link);
+/* How many NVLinks join GPUs `a` and `b` directly on a mesh; 0 on any other board. */
+unsigned mock_nvlink_links_between(const struct mock_config *cfg, unsigned a, unsigned b);
 
 /* ------------------------------------------------------------ fields.c */
 

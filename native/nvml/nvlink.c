@@ -1,17 +1,18 @@
 /*
  * NVLink links, their traffic and error counters, and their field values.
  *
- * The engine config lists each device's links with their far end
- * (`nvlink.link.<l>.remote_type` = switch | gpu and, where the far end is
- * a PCI function on this node, `remote_bus_id`).  On a board whose
- * profile lists NVSwitches (`nvlink.switch.<i>.bus_id`), the switch links
- * are wired here, as the baseboard wires them: each GPU sends a fixed
- * number of its links to each switch, in contiguous blocks, and each
- * switch port has exactly one GPU link at its other end (nvlink_wiring.c);
- * RemotePciInfo, field 146 and `nvidia-smi nvlink -R` answer
- * from that one wiring.  Every link the board has is up at the profile's
- * speed.  Traffic is simulated: each link carries `utilization.gpu`
- * percent of its bandwidth in each direction, a meter (meters.c), so
+ * The engine config lists each device's links with the kind of their far
+ * end (`nvlink.link.<l>.remote_type` = switch | gpu).  Which switch port
+ * or peer link each one reaches is the board's wiring (nvlink_wiring.c):
+ * on a board whose profile lists NVSwitches (`nvlink.switch.<i>.bus_id`)
+ * each GPU sends a fixed number of its links to each switch and each port
+ * has exactly one GPU link at its other end; on a direct mesh (no switch)
+ * links join pairs of GPUs, symmetrically.  RemotePciInfo, field 146,
+ * `nvidia-smi nvlink -R` and `topo -m` answer from that one wiring.  Every
+ * link the board has is up at the profile's speed, except one a mesh of an
+ * odd number of GPUs leaves without a peer.  Traffic is simulated: each
+ * link carries `utilization.gpu` percent of its bandwidth in each
+ * direction, a meter (meters.c), so
  * counters only climb and monitoring agents see a rate that follows
  * `mokka ctl util`.  Errors are the ones `mokka ctl nvlink-error` adds
  * (`nvlink_errors.<link>`).  The GPU's fabric identity, which the fabric
@@ -71,6 +72,17 @@ unsigned long long mock_nvlink_errors(const struct mock_config *cfg, unsigned po
     return n;
 }
 
+/* Whether a link the board has is up: all are, except one a direct mesh
+ * leaves without a peer (an odd number of link ends cannot all pair up). */
+static int link_up(const struct mock_config *cfg, unsigned pos, unsigned link)
+{
+    unsigned peer, peer_link;
+    char field[64];
+    snprintf(field, sizeof field, "nvlink.link.%u.remote_type", link);
+    return !mock_dev_is(cfg, pos, field, "gpu") ||
+           mock_nvlink_wired_gpu(cfg, pos, link, &peer, &peer_link);
+}
+
 /* Starts a call on one link: INVALID_ARGUMENT beyond NVML's link range,
  * NOT_SUPPORTED for a link the board does not have. */
 static nvmlReturn_t begin_link(struct mock_call *c, nvmlDevice_t device, unsigned link)
@@ -87,25 +99,17 @@ static nvmlReturn_t begin_link(struct mock_call *c, nvmlDevice_t device, unsigne
     return NVML_SUCCESS;
 }
 
-/* A whole call for the link queries whose answer is the same for every
- * simulated link: it only checks the device and the link. */
-static nvmlReturn_t check_link(nvmlDevice_t device, unsigned link)
-{
-    struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
-    if (r == NVML_SUCCESS)
-        mock_end(&c);
-    return r;
-}
-
 MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
                                                nvmlEnableState_t *isActive)
 {
     if (isActive == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    nvmlReturn_t r = check_link(device, link);
-    if (r == NVML_SUCCESS)
-        *isActive = NVML_FEATURE_ENABLED; /* every link the board has is up */
+    struct mock_call c;
+    nvmlReturn_t r = begin_link(&c, device, link);
+    if (r != NVML_SUCCESS)
+        return r;
+    *isActive = link_up(c.cfg, c.pos, link) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    mock_end(&c);
     return r;
 }
 
@@ -158,8 +162,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigne
 }
 
 /* Fills the PCI info of a link's far end; NOT_SUPPORTED when it has none
- * on this node.  A wired switch link names its switch (nvlink_wiring.c);
- * any other link the `remote_bus_id` the engine config gives it. */
+ * on this node.  The wiring (nvlink_wiring.c) names it: a switch port's
+ * switch, or a mesh link's peer GPU; a switch outside this node (NVL72
+ * trays) and a link a mesh leaves unwired have none. */
 static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t *pci, int full)
 {
     if (pci == NULL)
@@ -169,19 +174,16 @@ static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t
     if (r != NVML_SUCCESS)
         return r;
     char field[64];
-    const char *bus_id;
-    unsigned sw, port;
+    const char *bus_id = NULL;
+    unsigned sw, port, peer_link, peer;
     int to_switch = mock_nvlink_wired_switch(c.cfg, c.pos, link, &sw, &port);
     if (to_switch) {
         snprintf(field, sizeof field, "nvlink.switch.%u.bus_id", sw);
         bus_id = mock_cfg_get(c.cfg, field);
-    } else {
-        snprintf(field, sizeof field, "nvlink.link.%u.remote_type", link);
-        to_switch = mock_dev_is(c.cfg, c.pos, field, "switch");
-        snprintf(field, sizeof field, "nvlink.link.%u.remote_bus_id", link);
-        bus_id = mock_dev_get(c.cfg, c.pos, field);
+    } else if (mock_nvlink_wired_gpu(c.cfg, c.pos, link, &peer, &peer_link)) {
+        bus_id = mock_dev_get(c.cfg, peer, "pci.bus_id");
     }
-    unsigned domain, bus, slot, function, peer;
+    unsigned domain, bus, slot, function;
     if (bus_id == NULL || sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4) {
         r = NVML_ERROR_NOT_SUPPORTED;
     } else {
@@ -370,8 +372,10 @@ int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValu
         mock_field_uint(v, found, n);
         return 1;
     case NVML_FI_DEV_NVLINK_GET_STATE:
-        /* Every link the board has is up. */
-        mock_field_uint(v, v->scopeId < links, NVML_FEATURE_ENABLED);
+        found = v->scopeId < links;
+        mock_field_uint(v, found,
+                        found && link_up(cfg, pos, v->scopeId) ? NVML_FEATURE_ENABLED
+                                                               : NVML_FEATURE_DISABLED);
         return 1;
     case NVML_FI_DEV_NVLINK_GET_VERSION:
         found = v->scopeId < links && mock_cfg_u64(cfg, "nvlink.version", &n);
@@ -381,12 +385,14 @@ int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValu
         mock_field_uint(v, v->scopeId < links, NVML_NVLINK_POWER_STATE_HIGH_SPEED);
         return 1;
     case NVML_FI_DEV_NVLINK_REMOTE_NVLINK_ID: {
-        /* A wired switch link ends at its port of the switch; any other
-         * link at the same link number of its peer. */
-        unsigned sw, port = v->scopeId;
+        /* A wired switch link ends at its port of the switch, a mesh link
+         * at its link of the peer GPU; a link to a switch outside this node
+         * at the same link number of it. */
+        unsigned sw, port = v->scopeId, peer;
         found = v->scopeId < links;
-        if (found)
-            mock_nvlink_wired_switch(cfg, pos, v->scopeId, &sw, &port);
+        if (found && !mock_nvlink_wired_switch(cfg, pos, v->scopeId, &sw, &port) &&
+            !mock_nvlink_wired_gpu(cfg, pos, v->scopeId, &peer, &port))
+            found = link_up(cfg, pos, v->scopeId);
         mock_field_uint(v, found, port);
         return 1;
     }

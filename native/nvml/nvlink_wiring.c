@@ -1,11 +1,15 @@
 /*
- * Which NVSwitch port each GPU link of an HGX baseboard reaches.
+ * What each GPU link of a board reaches: an NVSwitch port, or a link of
+ * another GPU.
  *
  * On a board whose profile lists NVSwitches (`nvlink.switch.<i>.bus_id`),
  * each GPU sends a fixed number of its links to each switch, in contiguous
- * blocks, and each switch port has exactly one GPU link at its other end;
- * nvlink.c answers RemotePciInfo, field 146 and `nvidia-smi nvlink -R`
- * from this one wiring.
+ * blocks, and each switch port has exactly one GPU link at its other end.
+ * On a board without them (a direct mesh: DGX-1, 4-GPU HGX boards, bridged
+ * pairs), the links join pairs of GPUs, as many between two GPUs in one
+ * direction as in the other, and each link ends at exactly one link of its
+ * peer.  nvlink.c answers RemotePciInfo, field 146, `nvidia-smi nvlink -R`
+ * and `topo -m` from this one wiring.
  */
 #include <stdio.h>
 #include <string.h>
@@ -109,4 +113,103 @@ unsigned mock_nvswitch_pci_id(const struct mock_config *cfg)
         ampere |= mock_dev_is(cfg, p, "architecture", "ampere");
     }
     return (ampere ? NVSWITCH_AMPERE : NVSWITCH_HOPPER) << 16 | NVIDIA_VENDOR;
+}
+
+/* ------------------------------------------------------- direct GPU meshes */
+
+/* Direct-mesh boards whose wiring is public: how many links join each pair
+ * of GPUs, by GPU position. */
+static const struct {
+    unsigned gpus, links;
+    unsigned char pairs[8][8];
+} MESHES[] = {
+    /* DGX-1 with 8 V100 (six NVLink 2 links each), the hybrid cube-mesh:
+     * two quads joined inside and across, some pairs doubled (NVIDIA's
+     * "DGX-1 with Tesla V100 System Architecture" white paper; a DGX-1V
+     * topology dump in NVIDIA/nccl issue 671: GPU 0 has 1, 1, 2 and 2
+     * links to GPUs 1, 2, 3 and 4, GPU 1 has 2, 1 and 2 to GPUs 2, 3, 5). */
+    {8, 6, {{0, 1, 1, 2, 2, 0, 0, 0}, {1, 0, 2, 1, 0, 2, 0, 0},
+            {1, 2, 0, 2, 0, 0, 1, 0}, {2, 1, 2, 0, 0, 0, 0, 1},
+            {2, 0, 0, 0, 0, 1, 1, 2}, {0, 2, 0, 0, 1, 0, 2, 1},
+            {0, 0, 1, 0, 1, 2, 0, 2}, {0, 0, 0, 1, 2, 1, 2, 0}}},
+};
+
+/* How many links join GPUs `a` and `b` (a != b) of an `n`-GPU mesh whose
+ * GPUs have `links` links each; the same number for (b, a).
+ *
+ * A public board's table; any other board spreads each GPU's links over
+ * all its peers, all-to-all as 4-GPU HGX boards are (18 links over 3 peers:
+ * NV6 each, NVIDIA/nccl issue 1617) and bridged pairs (every link to the
+ * one peer).  What is left after the even share goes to the nearest peers
+ * around the ring of positions (both neighbours at distance 1, then 2 ...),
+ * then, for an odd remainder, to the GPU opposite (even `n`) or to a
+ * partner in pairs (0, 1), (2, 3) ... (odd `n`, where the last GPU keeps
+ * one link unwired: an odd number of link ends cannot all pair up). */
+static unsigned mesh_pair_links(unsigned n, unsigned links, unsigned a, unsigned b)
+{
+    for (size_t m = 0; m < MOCK_COUNT(MESHES); m++)
+        if (MESHES[m].gpus == n && MESHES[m].links == links)
+            return MESHES[m].pairs[a][b];
+    unsigned peers = n - 1, extra = links % peers;
+    unsigned d = (b + n - a) % n;
+    if (n - d < d)
+        d = n - d;
+    unsigned count = links / peers + (d <= extra / 2);
+    if (extra % 2 == 1) {
+        if (n % 2 == 0)
+            count += 2 * d == n;
+        else
+            count += a / 2 == b / 2 && a < n - 1 && b < n - 1;
+    }
+    return count;
+}
+
+/* The first of GPU `a`'s links to GPU `b`: a GPU's mesh links go to its
+ * peers in position order, in contiguous blocks. */
+static unsigned mesh_block_start(unsigned n, unsigned links, unsigned a, unsigned b)
+{
+    unsigned first = 0;
+    for (unsigned c = 0; c < b; c++)
+        if (c != a)
+            first += mesh_pair_links(n, links, a, c);
+    return first;
+}
+
+unsigned mock_nvlink_links_between(const struct mock_config *cfg, unsigned a, unsigned b)
+{
+    unsigned n = cfg->device_count, links = mock_link_count(cfg, a);
+    /* the engine config marks a board's links `gpu` only on a direct mesh */
+    if (a == b || a >= n || b >= n || links == 0 ||
+        !mock_dev_is(cfg, a, "nvlink.link.0.remote_type", "gpu"))
+        return 0;
+    return mesh_pair_links(n, links, a, b);
+}
+
+/* The GPU at the far end of a device's link on a direct mesh: 1 with its
+ * position (every device in the engine config, seen by this process or
+ * not) and the link of it this one lands on; 0 for a link that is no mesh
+ * link (a switch link, no such link) or one the mesh leaves unwired. */
+int mock_nvlink_wired_gpu(const struct mock_config *cfg, unsigned pos, unsigned link,
+                          unsigned *peer, unsigned *peer_link)
+{
+    unsigned n = cfg->device_count, links = mock_link_count(cfg, pos);
+    if (link >= links || n < 2 || pos >= n)
+        return 0;
+    char field[64];
+    snprintf(field, sizeof field, "nvlink.link.%u.remote_type", link);
+    if (!mock_dev_is(cfg, pos, field, "gpu"))
+        return 0;
+    unsigned first = 0;
+    for (unsigned b = 0; b < n; b++) {
+        if (b == pos)
+            continue;
+        unsigned count = mesh_pair_links(n, links, pos, b);
+        if (link < first + count) {
+            *peer = b;
+            *peer_link = mesh_block_start(n, links, b, pos) + (link - first);
+            return 1;
+        }
+        first += count;
+    }
+    return 0;
 }
