@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Taking one GPU out of service, and putting it back.
 #
-# `nvidia-smi drain` needs the driver's drain state, which the mock NVML does
-# not implement: the script shows the query failing and does the closest thing
-# Mokka supports instead.  GPU 2 is marked failed with uncorrectable ECC
-# errors and Xid 48.  The NVIDIA device plugin treats Xid 48 as critical: it
-# marks that GPU unhealthy and the kubelet takes it out of the node's
-# allocatable nvidia.com/gpu (8 -> 7, see docs/quickstart-kind.md), so no new
-# pod gets it, which is what a drain is for.  `mokka ctl reset` puts it back.
+# `nvidia-smi drain -m 1` (root, as on a real node) puts GPU 2 in the
+# driver's drain state: every process on the node reads it back, from
+# `nvidia-smi drain -q` and NVML's nvmlDeviceQueryDrainState, until it is
+# undrained or the node is torn down.  The NVIDIA device plugin does not read
+# the drain state, so for it GPU 2 is also marked failed with uncorrectable
+# ECC errors and Xid 48, which it treats as critical: it marks that GPU
+# unhealthy and the kubelet takes it out of the node's allocatable
+# nvidia.com/gpu (8 -> 7, see docs/quickstart-kind.md), so no new pod gets
+# it.  `nvidia-smi drain -m 0` and `mokka ctl reset` put it back.
 set -euo pipefail
 # shellcheck source=examples/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -19,9 +21,13 @@ bus_id=${bus_id#0000}
 
 echo "== nvidia-smi drain -p $bus_id -q"
 if smi "$ROOT" drain -p "$bus_id" -q; then
-  echo "drain state: supported"
+  drain=yes
+  echo "== nvidia-smi drain -p $bus_id -m 1"
+  smi "$ROOT" drain -p "$bus_id" -m 1
+  smi "$ROOT" drain -p "$bus_id" -q
 else
-  echo "drain state: not supported by the mock NVML; marking GPU 2 failed instead"
+  drain=no
+  echo "(this nvidia-smi is the fallback, which has no drain; set NVIDIA_SMI)"
 fi
 
 echo "== GPU 2 out of service: uncorrectable ECC errors and Xid 48"
@@ -42,6 +48,9 @@ echo "in a cluster: the device plugin marks GPU 2 unhealthy (Xid 48 is critical)
 ctl "$ROOT" status
 
 echo "== GPU 2 back in service"
+if [[ $drain == yes ]]; then
+  smi "$ROOT" drain -p "$bus_id" -m 0
+fi
 ctl "$ROOT" reset --gpu 2
 ctl "$ROOT" status
 

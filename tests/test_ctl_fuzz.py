@@ -75,6 +75,8 @@ SLOTS: dict[str, list[list[str]]] = {
     "pstate": [["--gpu", "0", "--state", X]],
     "nvlink-error": [["--gpu", "0", "--link", X], ["--gpu", "0", "--link", "1", "--count", X]],
     "fabric-health": [["--gpu", "0", "--state", X]],
+    "mig": [["--gpu", X, "--create", "1g.10gb"], ["--gpu", "0", "--create", X],
+            ["--gpu", "0", "--mode", X]],
     "set": [[X], [f"fan.speed={X}"], [f"fan={X}"], [f"processes={X}"],
             [f"thermal.temperature_gpu_c={X}"], [f"persistence_mode={X}"], [f"{X}=1"],
             [f"fan.{X}=1"], ["--gpu", X, "fan.speed=1"]],

@@ -150,7 +150,7 @@ def test_every_ctl_flag_and_verb_has_help() -> None:
     parser = ctl_parser()
     verbs = every_verb(parser)
     assert {"fail", "xid", "temp", "power", "util", "clocks", "throttle", "pstate",
-            "nvlink-error", "fabric-health", "set", "status", "reset",
+            "nvlink-error", "fabric-health", "mig", "set", "status", "reset",
             ctl_verbs.IB_COUNTER_VERB} == set(verbs)
     missing = [
         f"{name} {'/'.join(action.option_strings) or action.dest}"

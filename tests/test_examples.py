@@ -60,10 +60,12 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "drain.sh": [
         r"== nvidia-smi drain -p 0000:75:00\.0 -q",
-        r"drain state: not supported by the mock NVML; marking GPU 2 failed instead",
+        r"The current drain state of GPU 00000000:75:00\.0 is: draining\.",
         r"NVRM: .*Xid \(PCI:0000:75:00\): 48, .*Double Bit ECC Error\.",
         r"GPU 2 uncorrectable ECC errors \(volatile\): [1-9]\d*",
+        r"GPU-[0-9a-f-]+\s+drain_state\s+enabled",
         r"2\s+failure\.mode\s+ecc_uncorrectable",
+        r"Successfully set GPU 00000000:75:00\.0 drain state to: not draining\.",
         r"gpu 2 \(GPU-[0-9a-f-]+\): overrides removed; applied by the daemon .*",
     ],
 }

@@ -10,9 +10,8 @@ from itertools import pairwise
 import pytest
 import yaml
 
-from mokka.simulators.gpudriver import mig_layout
 from mokka.simulators.gpudriver.engine_config import render_engine_config
-from mokka.state import mig_profiles
+from mokka.state import mig_layout, mig_profiles
 from mokka.state.compile import compile_profile
 
 PROFILES = ("a100", "h100", "b200", "gb200", "gb300", "t4", "l40s")

@@ -72,14 +72,13 @@ from typing import TYPE_CHECKING, Any
 from mokka import layout
 from mokka.ctl.daemon_presence import holder_soon
 from mokka.ctl.edits import apply, build_edit, reset
+from mokka.ctl.node_files import node_root, overrides_path
 from mokka.ctl.records import already_recorded
 from mokka.ctl.report import report_line
 from mokka.ctl.status import shown, status
 from mokka.ctl.targets import engine_gpus, parse_target
 from mokka.ctl.verbs import DESCRIPTION, IB_COUNTER_MODULE, IB_COUNTER_VERB, add_verbs
 from mokka.errors import CtlError, MokkaError, SpecError
-from mokka.noderoot import NodeRoot
-from mokka.state.checks import found
 from mokka.state.overrides import (
     FILE_MODE,
     MANIFEST_OWNERS,
@@ -144,6 +143,11 @@ def run(args: argparse.Namespace) -> int:
         # read once: it checks the target and names its GPU in the report
         known = None if args.gpu is None else engine_gpus(path.with_name("config.yaml"))
         target = None if args.gpu is None else parse_target(args.gpu, path, known=known)
+        if args.verb == "mig" and target is not None and known:
+            # nvidia-smi mig and NVML record a layout under the GPU's UUID, and a
+            # UUID's section wins over an index's: so does this one.
+            target = next((uuid for uuid, index in known.items() if str(index) == target),
+                          target)
         if args.verb == "reset":
             change(path, root, lambda doc: reset(doc, target))
         else:
@@ -188,15 +192,6 @@ def _error(problem: str) -> None:
     print(shown(f"mokka ctl: error: {problem}"), file=sys.stderr)
 
 
-def node_root(args: argparse.Namespace) -> Path | None:
-    """The node root (``--root``, env ``MOKKA_ROOT``, the daemon's default), made
-    absolute as ``Host`` makes it; ``None`` with ``--file`` (a file named directly)."""
-    if args.file:
-        return None
-    return Path(_path_arg("--root", args.root or os.environ.get("MOKKA_ROOT")
-                          or str(layout.LOCAL_ROOT))).absolute()
-
-
 def node_host(args: argparse.Namespace) -> Host | None:
     """The node root's ``Host``; ``None`` with ``--file``.
 
@@ -209,30 +204,6 @@ def node_host(args: argparse.Namespace) -> Host | None:
     from mokka.noderoot import Host
 
     return Host(root)
-
-
-def overrides_path(args: argparse.Namespace) -> Path:
-    """The overrides file: ``--file`` as given, else its place under the node root.
-
-    The root is mapped through ``NodeRoot.resolve``, the mapping ``Host``
-    uses, so ctl and the daemon agree on the path and a layout path can
-    never escape the root.
-    """
-    root = node_root(args)
-    if root is None:
-        return Path(_path_arg("--file", args.file))
-    return NodeRoot(root).resolve(layout.OVERRIDES)
-
-
-def _path_arg(flag: str, text: str) -> str:
-    """``text``, a path given on the command line; ``CtlError`` for one no file can have.
-
-    A NUL byte ends a path for the kernel, so every call taking it would
-    raise ``ValueError``: refused here, once, naming the flag.
-    """
-    if "\0" in text:
-        raise CtlError(f"{flag}: {found(text)} holds a NUL byte, expected a path")
-    return text
 
 
 def change(path: Path, root: Path | None,

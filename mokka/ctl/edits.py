@@ -8,8 +8,9 @@ is taken, so a bad flag never touches the file; what the overrides schema
 checks (ranges, known fields) is left to it, so every such message names
 the field in the file.
 
-Nothing here reads or writes a file: ``mokka.ctl.command`` finds the file, takes
-the lock and validates the whole result (``update_overrides``).  Kept apart
+Nothing here writes a file (``mig --create`` reads the engine config for
+the GPU's board): ``mokka.ctl.command`` finds the file, takes the lock and
+validates the whole result (``update_overrides``).  Kept apart
 from it so the document changes, where the units, the paired fields and
 the replace-or-merge rules live, read without any of the file handling.
 """
@@ -19,14 +20,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from mokka.ctl.node_files import engine_config_path
 from mokka.errors import CtlError, SpecError
 from mokka.state.checks import found
 from mokka.state.engine_values import KEY_SEGMENT, MAX_KEY_LENGTH
 from mokka.state.override_schema import FABRIC_HEALTH, PSTATES, THROTTLE_REASONS, pstate_range
-from mokka.state.reader import MAX_DEPTH, excerpt, load_yaml
+from mokka.state.reader import MAX_DEPTH, excerpt, load_yaml, read_input
 
 #: A verb's change to one target's section (``all`` or ``devices[T]``), in place.
 Edit = Callable[[dict[str, Any]], None]
@@ -164,6 +168,8 @@ def build_edit(args: argparse.Namespace) -> Edit:
     if verb == "fabric-health":
         health = fabric_health(args.state)
         return lambda s: put(s, "fabric.health", health)
+    if verb == "mig":
+        return _mig_edit(args)
     if verb == "set":
         # parsed now, so a malformed assignment fails before the lock is taken
         pairs = [_assignment(text) for text in args.assignments]
@@ -172,6 +178,70 @@ def build_edit(args: argparse.Namespace) -> Edit:
                 put(s, key, value)
         return assign
     raise CtlError(f"unknown verb {verb!r}")
+
+
+def _mig_edit(args: argparse.Namespace) -> Edit:
+    """``mig``: the GPU's MIG mode, or its whole layout, as node state.
+
+    ``--create`` checks the GPU instances against the board's table the
+    way the daemon checks a profile's ``mig.layout`` and ``nvidia-smi mig``
+    (``mokka.state.mig_layout``), so a layout the board
+    cannot hold is refused here, naming the flag, before the lock is taken.
+    The board is the one the engine config beside the file names.
+    """
+    chosen = [flag for flag in ("create", "destroy", "mode") if getattr(args, flag)]
+    if len(chosen) != 1:
+        raise CtlError("mig: expected exactly one of --create, --destroy, --mode")
+    if args.mode:
+        mode = args.mode
+        def set_mode(s: dict[str, Any]) -> None:
+            put(s, "mig.mode_current", mode)
+            put(s, "mig.mode_pending", mode)
+            if mode == "disabled":  # no instance outlives MIG mode
+                put(s, "mig.instances", [])
+        return set_mode
+    if args.destroy:
+        return lambda s: put(s, "mig.instances", [])
+    from mokka.state import mig_layout, mig_profiles
+
+    name = engine_gpu_name(engine_config_path(args), args.gpu)
+    if name is None:
+        raise CtlError(f"--gpu: {found(args.gpu)}: the engine config names no such GPU, "
+                       "expected one GPU of a node a daemon has staged")
+    board = mig_profiles.board(name)
+    if board is None:
+        raise CtlError(f"--create: {name} is not MIG capable")
+    labels = [label.strip() for label in args.create.split(",") if label.strip()]
+    try:
+        instances = mig_layout.declared(board, labels)
+    except mig_layout.LayoutRefusal as refusal:
+        raise CtlError(f"--create: {name}: {refusal.reason}") from None
+    def create(s: dict[str, Any]) -> None:
+        put(s, "mig.mode_current", "enabled")
+        put(s, "mig.mode_pending", "enabled")
+        put(s, "mig.instances", instances)
+    return create
+
+
+#: The engine config's lines ``engine_gpu_name`` reads (``docs/engine-config.md``).
+_ENGINE_GPU_LINE = re.compile(r'^device\.(\d{1,9})\.(index|uuid|name): *"?(.*?)"? *$', re.M)
+
+
+def engine_gpu_name(config: Path, target: str) -> str | None:
+    """The name (``NVIDIA H100 80GB HBM3``) of the GPU ``target`` (an index or a
+    UUID) in the engine config; ``None`` when the file does not tell."""
+    try:
+        text = read_input(config, "the engine config", root=config.parent) or ""
+    except SpecError:
+        return None
+    gpus: dict[str, dict[str, str]] = {}
+    for position, field, value in _ENGINE_GPU_LINE.findall(text):
+        gpus.setdefault(position, {})[field] = value
+    want = target.strip().lower()
+    for gpu in gpus.values():
+        if want in (gpu.get("index"), gpu.get("uuid", "").lower()):
+            return gpu.get("name")
+    return None
 
 
 def _reasons(text: str) -> set[str]:

@@ -66,6 +66,8 @@ _SAID: dict[str, Callable[[argparse.Namespace], str]] = {
     "pstate": lambda a: f"performance state {a.state.strip().upper()}",
     "nvlink-error": lambda a: f"NVLink {a.link}: {a.count} error(s) added",
     "fabric-health": lambda a: f"fabric health {a.state.strip().lower().replace('-', '_')}",
+    "mig": lambda a: (f"MIG layout {a.create.strip()}" if a.create
+                      else "MIG instances destroyed" if a.destroy else f"MIG mode {a.mode}"),
     "set": lambda a: ", ".join(text.strip() for text in a.assignments),
     "reset": lambda a: "overrides removed",
 }

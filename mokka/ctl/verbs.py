@@ -218,6 +218,18 @@ def _set_flags(v: argparse.ArgumentParser) -> None:
                    help="a field and its value, read as YAML (80, true, [1, 2], text)")
 
 
+def _mig_flags(v: argparse.ArgumentParser) -> None:
+    what = v.add_mutually_exclusive_group(required=True)
+    what.add_argument("--create", metavar="PROFILES", help=(
+        "the GPU's MIG layout becomes these GPU instances, each with one compute "
+        "instance over all of it, replacing the layout in force, e.g. "
+        "1g.10gb,1g.10gb or 7x1g.10gb (MIG mode is switched on)"))
+    what.add_argument("--destroy", action="store_true",
+                      help="destroy every GPU and compute instance of the GPU")
+    what.add_argument("--mode", choices=("enabled", "disabled"),
+                      help="MIG mode, current and pending (disabled destroys the instances)")
+
+
 def _status_flags(v: argparse.ArgumentParser) -> None:
     v.add_argument("--json", action="store_true", help="print the document as JSON")
 
@@ -235,6 +247,7 @@ VERBS: dict[str, tuple[str, bool, Callable[[argparse.ArgumentParser], None]]] = 
     "pstate": ("set the performance state", True, _pstate_flags),
     "nvlink-error": ("add errors on an NVLink", True, _nvlink_error_flags),
     "fabric-health": ("set the NVLink fabric health", True, _fabric_health_flags),
+    "mig": ("change a GPU's MIG mode or layout", True, _mig_flags),
     "set": ("set any overridable field", False, _set_flags),
     "status": ("show the overrides in force", False, _status_flags),
     "reset": ("remove overrides (of one target)", False, lambda v: None),

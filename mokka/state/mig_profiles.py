@@ -56,6 +56,11 @@ class GpuInstanceProfile:
     ofas: int = 0
 
     @property
+    def label(self) -> str:
+        """The name nvidia-smi prints after "MIG " ("1g.10gb", "1g.10gb+me")."""
+        return self.name + ("+me" if self.media else "")
+
+    @property
     def compute_instances(self) -> tuple[int, ...]:
         """The compute-slice counts of the compute instances it offers (``-lcip``)."""
         # A 3- or 4-slice compute instance fits only its own size or the whole GPU.
@@ -77,6 +82,10 @@ class MigBoard:
 
     def profile(self, smi_id: int) -> GpuInstanceProfile | None:
         return next((p for p in self.profiles if p.smi_id == smi_id), None)
+
+    def by_label(self, label: str) -> GpuInstanceProfile | None:
+        """The profile nvidia-smi names ``label`` ("1g.10gb", "1g.10gb+me")."""
+        return next((p for p in self.profiles if p.label == label), None)
 
 
 def _table(

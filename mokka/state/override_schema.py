@@ -255,6 +255,7 @@ SCHEMA: dict[str, Any] = {
     "nvlink_errors": _link_counts,
     "processes": ANY,
     "persistence_mode": _str,
+    "drain_state": _str,
     "compute_mode": _str,
     "accounting": {"mode": _str},
     "dynamic_metrics": ANY,

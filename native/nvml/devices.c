@@ -165,6 +165,11 @@ static nvmlReturn_t handle_by_string(const char *field, const char *wanted,
 
 MOCK_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
+    /* A MIG device's UUID (`MIG-...`) names its handle: nvidia-ctk and
+     * nvidia-smi -q look MIG devices up by it. */
+    nvmlReturn_t r;
+    if (mock_mig_by_uuid(uuid, device, &r))
+        return r;
     /* UUIDs are hex: clients spell them in either case. */
     return handle_by_string("uuid", uuid, strcasecmp, device);
 }
@@ -266,6 +271,15 @@ MOCK_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *inde
 {
     if (index == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* A MIG device's index is its place under its GPU, as
+     * nvmlDeviceGetMigDeviceHandleByIndex numbers it. */
+    struct mock_mig_info mig;
+    nvmlReturn_t mig_r;
+    if (mock_mig_info(device, &mig, &mig_r)) {
+        if (mig_r == NVML_SUCCESS)
+            *index = mig.index;
+        return mig_r;
+    }
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
     if (r != NVML_SUCCESS)

@@ -5,7 +5,8 @@
  * views of the same numbers: the old nvmlDeviceGetMemoryInfo counts the
  * driver's reservation as used, _v2 reports it separately; both are
  * derived here from one set of fields so they always agree.  The
- * processes using that memory are processes.c's.
+ * processes using that memory are processes.c's.  A MIG device answers
+ * for its GPU instance: its memory, its share of BAR1, no ECC errors yet.
  */
 #include <stdio.h>
 #include <string.h>
@@ -33,12 +34,25 @@ static int fb_usage(const struct mock_config *cfg, unsigned pos, void *out)
     return 1;
 }
 
+/* The frame buffer of a GPU or of a MIG device: a MIG device has its GPU
+ * instance's memory, all of it free (nothing runs in it). */
+static nvmlReturn_t read_fb(nvmlDevice_t device, struct fb_usage *fb)
+{
+    struct mock_mig_info mig;
+    nvmlReturn_t r;
+    if (!mock_mig_info(device, &mig, &r))
+        return mock_read(device, fb_usage, fb);
+    if (r == NVML_SUCCESS)
+        *fb = (struct fb_usage){.total = mig.memory_bytes, .free = mig.memory_bytes};
+    return r;
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     if (memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct fb_usage fb;
-    nvmlReturn_t r = mock_read(device, fb_usage, &fb);
+    nvmlReturn_t r = read_fb(device, &fb);
     if (r == NVML_SUCCESS) {
         /* The old view counts the driver's reservation as used. */
         memory->total = fb.total;
@@ -55,7 +69,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     struct fb_usage fb;
-    nvmlReturn_t r = mock_read(device, fb_usage, &fb);
+    nvmlReturn_t r = read_fb(device, &fb);
     if (r == NVML_SUCCESS) {
         memory->total = fb.total;
         memory->reserved = fb.reserved;
@@ -69,13 +83,25 @@ MOCK_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1M
 {
     if (bar1Memory == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* A MIG device has its memory slices' share (of 8) of its GPU's BAR1. */
+    struct mock_mig_info mig;
+    nvmlReturn_t r;
+    int is_mig = mock_mig_info(device, &mig, &r);
+    if (is_mig) {
+        if (r != NVML_SUCCESS)
+            return r;
+        device = mock_handle(mig.pos);
+    }
     struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
     unsigned long long total, used = 0;
     if (mock_dev_u64(c.cfg, c.pos, "bar1_memory.total_bytes", &total)) {
-        mock_dev_u64(c.cfg, c.pos, "bar1_memory.used_bytes", &used);
+        if (is_mig) /* nothing is mapped in an instance: nothing runs there */
+            total = total / 8 * mig.memory_slices;
+        else
+            mock_dev_u64(c.cfg, c.pos, "bar1_memory.used_bytes", &used);
         if (used > total)
             used = total;
         bar1Memory->bar1Total = total;
@@ -180,8 +206,16 @@ static nvmlReturn_t ecc_counter(nvmlDevice_t device, nvmlMemoryErrorType_t type,
                                 nvmlEccCounterType_t counter, const char *location,
                                 unsigned long long *out)
 {
+    struct mock_mig_info mig;
+    nvmlReturn_t r;
+    if (mock_mig_info(device, &mig, &r)) {
+        /* A MIG device counts its own errors since it was made: none. */
+        if (r == NVML_SUCCESS)
+            *out = 0;
+        return r;
+    }
     struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
     if (!mock_ecc_count(c.cfg, c.pos, type, counter, location, out))

@@ -6,11 +6,15 @@
  * table (so the full-GPU getters never mistake it for a GPU), found by
  * index over the layout's GPU instances and their compute instances, and
  * checked against the layout on every use.  devices.c answers a MIG
- * device's UUID and name through mock_mig_uuid and mock_mig_name.
+ * device's UUID and name through mock_mig_uuid and mock_mig_name; the
+ * getters that answer a MIG device for its own instance (memory,
+ * utilization, processes) ask mock_mig_info what it stands for, and
+ * mock_mig_by_uuid finds one by its MIG- UUID.
  */
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #include "mig.h"
 
@@ -36,6 +40,28 @@ static int resolve_mig(nvmlDevice_t device, unsigned *pos, struct mig_view *v, n
     if (!mock_mig_device(device, pos, &gi_id, &ci_id))
         return 0;
     *r = mock_mig_resolve_ci(mock_mig_ci_handle(*pos, gi_id, ci_id), v);
+    return 1;
+}
+
+int mock_mig_info(nvmlDevice_t device, struct mock_mig_info *out, nvmlReturn_t *r)
+{
+    unsigned pos;
+    struct mig_view v;
+    if (!resolve_mig(device, &pos, &v, r))
+        return 0;
+    if (*r != NVML_SUCCESS)
+        return 1;
+    /* The index nvmlDeviceGetMigDeviceHandleByIndex hands this handle out
+     * at: its place in the layout's order of compute instances. */
+    unsigned index = 0;
+    for (struct gi_state *g = v.l.gi; g < v.gi; g++)
+        index += g->nci;
+    index += (unsigned)(v.ci - v.gi->ci);
+    *out = (struct mock_mig_info){
+        .pos = pos, .index = index, .gi = v.gi->id, .ci = v.ci->id,
+        .gi_slices = v.p.slices, .ci_slices = v.ci->slices, .memory_slices = v.p.size,
+        .memory_bytes = v.p.memory_mib << 20,
+    };
     return 1;
 }
 
@@ -180,6 +206,38 @@ int mock_mig_uuid(nvmlDevice_t device, char *uuid, unsigned int length, nvmlRetu
              (a >> 16) & 0xffff, (a & 0x0fff) | 0x4000, ((b >> 48) & 0x3fff) | 0x8000,
              b & 0xffffffffffffULL);
     *r = mock_copy_out(text, uuid, length);
+    return 1;
+}
+
+int mock_mig_by_uuid(const char *uuid, nvmlDevice_t *device, nvmlReturn_t *r)
+{
+    if (uuid == NULL || strncasecmp(uuid, "MIG-", 4) != 0)
+        return 0;
+    *r = NVML_ERROR_INVALID_ARGUMENT;
+    if (device == NULL)
+        return 1;
+    unsigned count = 0;
+    *r = nvmlDeviceGetCount_v2(&count); /* UNINITIALIZED before nvmlInit */
+    if (*r != NVML_SUCCESS)
+        return 1;
+    *r = NVML_ERROR_NOT_FOUND;
+    /* Every MIG device of the node, by index: a handful per GPU at most. */
+    for (unsigned i = 0; i < count && *r == NVML_ERROR_NOT_FOUND; i++) {
+        nvmlDevice_t gpu, mig;
+        if (nvmlDeviceGetHandleByIndex_v2(i, &gpu) != NVML_SUCCESS)
+            continue;
+        for (unsigned m = 0; nvmlDeviceGetMigDeviceHandleByIndex(gpu, m, &mig) == NVML_SUCCESS;
+             m++) {
+            char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+            nvmlReturn_t found;
+            if (mock_mig_uuid(mig, text, sizeof text, &found) && found == NVML_SUCCESS &&
+                strcasecmp(text, uuid) == 0) {
+                *device = mig;
+                *r = NVML_SUCCESS;
+                break;
+            }
+        }
+    }
     return 1;
 }
 

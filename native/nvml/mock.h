@@ -804,6 +804,28 @@ unsigned mock_nvlink_links_between(const struct mock_config *cfg, unsigned a, un
 void mock_field_uint(nvmlFieldValue_t *v, int found, unsigned long long value);
 void mock_field_ull(nvmlFieldValue_t *v, int found, unsigned long long value);
 
+/* ------------------------------------ mig_devices.c: MIG devices on the getters */
+
+/* What a MIG device handle stands for, for the getters that answer a MIG
+ * device as well as a full GPU (memory, utilization, processes, the index):
+ * its GPU's position, its index under that GPU (the one
+ * nvmlDeviceGetMigDeviceHandleByIndex takes), its GPU and compute instance
+ * ids, their slices, and the GPU instance's memory slices (of 8) and bytes. */
+struct mock_mig_info {
+    unsigned pos, index, gi, ci;
+    unsigned gi_slices, ci_slices, memory_slices;
+    unsigned long long memory_bytes;
+};
+/* 1 when `device` is a MIG device handle, with *r NVML_SUCCESS and *out
+ * while its compute instance exists, else *r the error (INVALID_ARGUMENT
+ * once it is destroyed); 0 for any other handle, *r and *out untouched. */
+int mock_mig_info(nvmlDevice_t device, struct mock_mig_info *out, nvmlReturn_t *r);
+/* 1 when `uuid` is a MIG device's (`MIG-...`), with *r NVML_SUCCESS and
+ * *device its handle, or NOT_FOUND when no MIG device of the node has it;
+ * 0 for any other string: what nvmlDeviceGetHandleByUUID answers a MIG
+ * device's UUID with. */
+int mock_mig_by_uuid(const char *uuid, nvmlDevice_t *device, nvmlReturn_t *r);
+
 /* ------------------------------------------------- a call's fast path */
 
 static inline void mock_end(struct mock_call *call)

@@ -54,8 +54,17 @@ void mock_pci_fill(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *p
  * the config): a call copies 68 bytes and formats nothing. */
 static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
+    /* A MIG device is a function of its GPU: it answers its GPU's record
+     * (a range check for any other handle). */
+    struct mock_mig_info mig;
+    nvmlReturn_t r;
+    if (mock_mig_info(device, &mig, &r)) {
+        if (r != NVML_SUCCESS)
+            return r;
+        device = mock_handle(mig.pos);
+    }
     struct mock_call c;
-    nvmlReturn_t r = mock_begin(&c, device, MOCK_IDENTITY);
+    r = mock_begin(&c, device, MOCK_IDENTITY);
     if (r != NVML_SUCCESS)
         return r;
     const nvmlPciInfo_t *resolved = mock_board_pci(c.cfg, c.pos);

@@ -1,7 +1,7 @@
 /*
  * The setters that change the node: persistence, power limit, compute
- * mode, clocks, ECC, accounting and the GPU reset (docs/nvml.md,
- * "Setters").
+ * mode, clocks, ECC, accounting, the GPU reset and the drain state
+ * (docs/nvml.md, "Setters").
  *
  * A setter changes what every process on the node reads, so it cannot
  * write the engine config itself (a container's driver root is read-only,
@@ -203,4 +203,53 @@ MOCK_API nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device,
 MOCK_API nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device)
 {
     return mock_set_device(device, "locked_memory_clocks", "default");
+}
+
+/* ---------------------------------------------------------------- drain */
+
+/* The GPU a drain call names by its PCI address: the bus id, else the
+ * legacy one, else the numbers (nvidia-smi fills them all). */
+static nvmlReturn_t drained_device(const nvmlPciInfo_t *pci, nvmlDevice_t *device)
+{
+    if (pci == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char bus_id[sizeof pci->busId + 1];
+    if (pci->busId[0] != '\0')
+        snprintf(bus_id, sizeof bus_id, "%.*s", (int)sizeof pci->busId, pci->busId);
+    else if (pci->busIdLegacy[0] != '\0')
+        snprintf(bus_id, sizeof bus_id, "%.*s", (int)sizeof pci->busIdLegacy, pci->busIdLegacy);
+    else
+        snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0", pci->domain, pci->bus, pci->device);
+    return nvmlDeviceGetHandleByPciBusId_v2(bus_id, device);
+}
+
+/* Drain state: a drained GPU takes no new clients (nvml.h), so schedulers
+ * and the device plugin's health checks can take it out of service.  Node
+ * state like the other setters: every process sees it, teardown forgets it. */
+MOCK_API nvmlReturn_t nvmlDeviceModifyDrainState(nvmlPciInfo_t *pciInfo,
+                                                 nvmlEnableState_t newState)
+{
+    nvmlDevice_t device;
+    nvmlReturn_t r = drained_device(pciInfo, &device);
+    return r != NVML_SUCCESS ? r : set_enable(device, "drain_state", newState);
+}
+
+MOCK_API nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo,
+                                                nvmlEnableState_t *currentState)
+{
+    if (currentState == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDevice_t device;
+    nvmlReturn_t r = drained_device(pciInfo, &device);
+    if (r != NVML_SUCCESS)
+        return r;
+    struct mock_call c;
+    r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    int on = 0; /* never drained unless someone drained it */
+    mock_dev_bool(c.cfg, c.pos, "drain_state", &on);
+    *currentState = mock_enable_state(on);
+    mock_end(&c);
+    return NVML_SUCCESS;
 }

@@ -5,7 +5,8 @@
  * Every value is a profile field (after overrides), so `mokka ctl util`
  * changes what running processes read within a second; a busy board's
  * rates are the readings readings.c serves, read together in one call.
- * No sessions exist on a simulated GPU.
+ * No sessions exist on a simulated GPU.  A MIG device reports no
+ * utilization, as a real one does not (NOT_SUPPORTED).
  */
 #include <stdio.h>
 
@@ -35,11 +36,27 @@ static int read_utilization(const struct mock_config *cfg, unsigned pos, void *o
     return 1;
 }
 
+/* 1 for a MIG device handle, with *r its answer: a real MIG device reports
+ * no utilization (NOT_SUPPORTED; dcgm's profiling metrics are the way), or
+ * INVALID_ARGUMENT once its compute instance is gone. */
+static int mig_device(nvmlDevice_t device, nvmlReturn_t *r)
+{
+    struct mock_mig_info mig;
+    if (!mock_mig_info(device, &mig, r))
+        return 0;
+    if (*r == NVML_SUCCESS)
+        *r = NVML_ERROR_NOT_SUPPORTED;
+    return 1;
+}
+
 MOCK_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                     nvmlUtilization_t *utilization)
 {
+    nvmlReturn_t r;
     if (utilization == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (mig_device(device, &r))
+        return r;
     return mock_read(device, read_utilization, utilization);
 }
 
@@ -48,9 +65,12 @@ static nvmlReturn_t engine_utilization(nvmlDevice_t device, const char *field,
                                        unsigned int *utilization,
                                        unsigned int *samplingPeriodUs)
 {
+    nvmlReturn_t r;
     if (samplingPeriodUs == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    nvmlReturn_t r = mock_uint_field(device, MOCK_GUARDED, field, utilization);
+    if (mig_device(device, &r))
+        return r;
+    r = mock_uint_field(device, MOCK_GUARDED, field, utilization);
     if (r == NVML_SUCCESS)
         *samplingPeriodUs = 167000; /* what the driver reports on idle boards */
     return r;

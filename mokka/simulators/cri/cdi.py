@@ -20,7 +20,8 @@ reference fails the apply instead of being published.
 
 ``cdiVersion`` is 0.5.0, the lowest version with the fields used here:
 ``hostPath`` on device nodes and device names starting with a digit (the
-index entries) both arrived in 0.5.0 (CDI SPEC.md, version history).
+index entries) both arrived in 0.5.0 (CDI SPEC.md, version history), as
+did ``:`` in names (the MIG devices' ``<gpu>:<mig>``).
 Host paths are host-absolute: the node root prefix never leaks into a spec.
 """
 
@@ -39,6 +40,7 @@ import yaml
 from mokka import layout
 from mokka.errors import ApplyError, HostPathError, SpecError
 from mokka.noderoot import ConvergeReport, File, Host
+from mokka.simulators.gpudriver import mig_caps
 from mokka.state.model import State
 
 logger = logging.getLogger(__name__)
@@ -145,7 +147,8 @@ def _mount(host_path: str, container_path: str) -> dict[str, Any]:
 
 
 def _devices(state: State, *, with_uuids: bool) -> list[dict[str, Any]]:
-    """Per GPU an index entry (and a UUID entry), then ``all`` with every GPU node."""
+    """Per GPU an index entry (and a UUID entry), then per MIG device the
+    same, then ``all`` with every GPU's node and every MIG capability's."""
     devices: list[dict[str, Any]] = []
     # Index order, whatever order the profile listed them in: the spec's
     # text then only changes when the GPUs do, and converge skips rewrites.
@@ -156,8 +159,22 @@ def _devices(state: State, *, with_uuids: bool) -> list[dict[str, Any]]:
         for name in names:
             edits = {"deviceNodes": [_dev_node(f"nvidia{gpu.minor}")]}
             devices.append({"name": name, "containerEdits": edits})
-    every = {"deviceNodes": [_dev_node(f"nvidia{g.minor}") for g in gpus]}
-    devices.append({"name": "all", "containerEdits": every})
+    every = [_dev_node(f"nvidia{g.minor}") for g in gpus]
+    # MIG devices as ``nvidia-ctk cdi generate`` names them: ``<gpu>:<mig>``
+    # (the MIG device's NVML index under its GPU) and its ``MIG-`` UUID; a
+    # container given one gets its GPU's node and its two capability nodes.
+    for gpu in gpus:
+        for index, mig in enumerate(mig_caps.mig_devices(gpu)):
+            caps = [_dev_node(f"nvidia-caps/nvidia-cap{cap.minor}")
+                    for cap in (mig.gi_cap, mig.ci_cap)]
+            names = [f"{gpu.index}:{index}", mig.uuid] if with_uuids else [f"{gpu.index}:{index}"]
+            for name in names:
+                edits = {"deviceNodes": [_dev_node(f"nvidia{gpu.minor}"),
+                                         *(dict(node) for node in caps)]}
+                devices.append({"name": name, "containerEdits": edits})
+            # copies: one dict twice in a document would be a YAML alias
+            every += [dict(node) for node in caps if node not in every]
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": every}})
     return devices
 
 

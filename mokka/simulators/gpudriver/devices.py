@@ -19,7 +19,9 @@ node                           device                      mode
 
 The capability nodes keep the real driver's modes (``DeviceFileMode`` 256
 and 292 in ``proc/driver/nvidia/capabilities/mig/*``): MIG configuration is
-root-only on a real host, monitoring is world-readable.
+root-only on a real host, monitoring is world-readable.  Each GPU and
+compute instance of a GPU's MIG layout has its own ``nvidia-cap<N>`` node
+too (0444), numbered as the driver numbers them (``mig_caps``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 from mokka import layout
 from mokka.errors import SpecError
 from mokka.noderoot import Artifact, CharDevice
+from mokka.simulators.gpudriver import mig_caps
 from mokka.simulators.gpudriver.settings import GpuDriverSettings
 from mokka.state.model import State
 from mokka.state.profile_devices import MAX_GPU_MINOR  # the two above it: modeset, ctl
@@ -69,6 +72,11 @@ def device_artifacts(state: State, settings: GpuDriverSettings) -> list[Artifact
     artifacts += [
         CharDevice(f"{dev}/nvidia-caps/nvidia-cap{minor}", settings.caps_major, minor, mode)
         for minor, mode in MIG_CAPS.items()
+    ]
+    artifacts += [
+        CharDevice(mig_caps.cap_node(cap.minor), settings.caps_major, cap.minor,
+                   mig_caps.ACCESS_MODE)
+        for cap in mig_caps.capabilities(state)
     ]
     return artifacts
 

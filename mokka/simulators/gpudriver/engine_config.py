@@ -330,7 +330,7 @@ def _typed_device_fields(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
     if failure.seed is not None:
         yield "failure.seed", failure.seed
 
-    yield from mig_entries(gpu)
+    yield from mig_entries(gpu, state.profile_name)
     yield from _link_entries(state, gpu)
 
 

@@ -39,8 +39,7 @@ from typing import Any
 
 import attrs
 
-from mokka.simulators.gpudriver import mig_layout
-from mokka.state import mig_profiles
+from mokka.state import mig_layout, mig_profiles
 from mokka.state.model import Gpu, State
 from mokka.state.override_doc import device_key
 
@@ -114,11 +113,11 @@ def plan(gpu: Gpu, request: SetRequest, *, processes: int) -> Change:
     """
     fields = gpu.fields
     key, value = request.key, request.value
-    if key in ("persistence_mode", "accounting_mode"):
+    if key in ("persistence_mode", "accounting_mode", "drain_state"):
         _choice(value, _ENABLE)
-        if key == "persistence_mode":
-            return Change({"persistence_mode": value})
-        return Change({"accounting": {"mode": value}})
+        if key == "accounting_mode":
+            return Change({"accounting": {"mode": value}})
+        return Change({key: value})
     if key == "accounting_pids":
         _choice(value, ("clear",))
         # No accounting records are kept: clearing them changes nothing
@@ -173,6 +172,10 @@ def plan(gpu: Gpu, request: SetRequest, *, processes: int) -> Change:
         if mig.get("mode_current") is not None:
             pending = mig.get("mode_pending") or mig["mode_current"]
             patch["mig"] = {"mode_current": pending, "mode_pending": pending}
+            # A reset destroys the GPU's GPU and compute instances (the MIG
+            # user guide: they do not persist across a reset).
+            if mig_layout.current(gpu.name, mig):
+                patch["mig"]["instances"] = []
         return Change(patch)
     raise Refusal(NOT_SUPPORTED, f"no setter {key!r}")
 
@@ -189,7 +192,7 @@ def _mig_mode(gpu: Gpu, value: str, processes: int) -> Change:
     table = mig_profiles.board(gpu.name)
     if _block(gpu.fields, "mig").get("mode_current") is None or table is None:
         raise Refusal(NOT_SUPPORTED, "the board is not MIG capable")
-    if value == "disabled" and mig_layout.instances(_block(gpu.fields, "mig")):
+    if value == "disabled" and mig_layout.current(gpu.name, _block(gpu.fields, "mig")):
         raise Refusal(IN_USE, "GPU instances exist")
     if table.reset_for_mode or processes:
         return Change({"mig": {"mode_pending": value}})

@@ -10,7 +10,12 @@ Files, all read-only like their kernel counterparts (mode 0444):
   ``DeviceFileUID``/``GID``/``Mode`` from here to decide whether to create
   device nodes itself.
 * ``driver/proc/driver/nvidia/capabilities/mig/{config,monitor}``: the MIG
-  capability descriptors that map ``/dev/nvidia-caps/nvidia-cap<N>``.
+  capability descriptors that map ``/dev/nvidia-caps/nvidia-cap<N>``, and
+  ``capabilities/gpu<G>/mig/gi<I>/access`` (and ``ci<C>/access``) for
+  each instance of a GPU's MIG layout (``mig_caps``).
+* ``driver/proc/driver/nvidia-caps/mig-minors``: every MIG capability's
+  minor, which the toolkit and the device plugin look MIG devices up in
+  (while a GPU's MIG mode is on).
 * ``var/lib/nvml-mock/sys/module/nvidia/version``: the loaded module's
   version, as ``/sys/module/nvidia/version`` holds it (driver version and a
   newline), beside the pcibus fake sysfs.
@@ -25,6 +30,7 @@ import platform
 
 from mokka import layout
 from mokka.noderoot import Artifact, File
+from mokka.simulators.gpudriver import mig_caps
 from mokka.simulators.gpudriver.devices import MIG_CAPS
 from mokka.state.model import State
 
@@ -138,5 +144,14 @@ def procfs_artifacts(state: State, machine: str | None = None) -> list[Artifact]
         )
         for minor, mode in MIG_CAPS.items()
     ]
+    artifacts += [
+        File(f"{proc}/capabilities/{cap.proc_path}",
+             render_capability(cap.minor, mig_caps.ACCESS_MODE), PROC_MODE)
+        for cap in mig_caps.capabilities(state)
+    ]
+    if any(mig_caps.enabled(gpu) for gpu in state.gpus):
+        # only read to find a MIG device's minors: staged while there can be one
+        artifacts.append(File(f"{layout.DRIVER_ROOT}/proc/driver/nvidia-caps/mig-minors",
+                              mig_caps.render_minors(state), PROC_MODE))
     artifacts.append(File(SYS_MODULE_VERSION, f"{driver_version}\n", PROC_MODE))
     return artifacts

@@ -28,14 +28,25 @@ Requests (the ``SET`` value, numbers joined by commas):
 A layout the board cannot hold (a taken or unknown placement, more
 instances of a profile than it has, more compute slices than seven) is
 ``NVML_ERROR_INSUFFICIENT_RESOURCES``, as NVML answers it; nothing changes.
+
+A profile may declare the layout a GPU boots with, as a MIG manager would
+leave it: ``mig.layout``, a list of GPU-instance profile names, each
+optionally ``<count>x`` (``[7x1g.10gb]``, ``[3g.40gb, 2x2g.20gb]``), with
+``mig.mode_current: enabled``.  Each GPU instance takes its first free
+placement in the order given and one compute instance over all its slices,
+as ``nvidia-smi mig -cgi ... -C`` makes them (``declared``).  The runtime's
+``instances`` win once anything changed the layout (``current``), and
+teardown forgets them, so the node boots with the declared layout again.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from mokka.state import mig_profiles
+from mokka.state.checks import found
 from mokka.state.mig_profiles import GpuInstanceProfile, MigBoard
 
 INVALID_ARGUMENT = 2
@@ -47,6 +58,8 @@ INSUFFICIENT_RESOURCES = 23
 COMPUTE_SLICES = 7
 
 KEYS = ("mig_gi_create", "mig_gi_destroy", "mig_ci_create", "mig_ci_destroy")
+#: A declared layout's ``<count>x<profile>`` item.
+_COUNTED = re.compile(r"([0-9]{1,3})x(.+)\Z")
 #: The first GPU instance id of each placement size (in memory slices).
 _FIRST_ID = {8: 0, 4: 1, 2: 3, 1: 7}
 
@@ -70,7 +83,95 @@ def instances(mig: Mapping[str, Any]) -> list[dict[str, Any]]:
     listed = mig.get("instances")
     if not isinstance(listed, list):
         return []
-    return [{**gi, "compute": [dict(ci) for ci in gi.get("compute") or []]} for gi in listed]
+    # a hand-edited layout may hold anything: what is no mapping is no instance
+    return [{**gi, "compute": [dict(ci) for ci in _list(gi.get("compute")) if _is_map(ci)]}
+            for gi in listed if _is_map(gi)]
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _is_map(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
+def current(name: str, mig: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The GPU's layout in force: the runtime's ``instances`` once anything
+    changed it, else the profile's declared ``layout`` (nothing for a layout
+    the board cannot hold: the engine config refuses that one, ``declared``)."""
+    if "instances" in mig:
+        return instances(mig)
+    board = mig_profiles.board(name)
+    if board is None or "layout" not in mig:
+        return []
+    try:
+        return declared(board, mig["layout"])
+    except LayoutRefusal:
+        return []
+
+
+def declared(board: MigBoard, spec: Any) -> list[dict[str, Any]]:
+    """The instances a profile's ``mig.layout`` declares; ``LayoutRefusal``
+    saying what the board can hold when it cannot hold them."""
+    names = _declared_names(board, spec)
+    layout = _place(board, [], names)
+    if layout is None:
+        raise LayoutRefusal(INSUFFICIENT_RESOURCES, (
+            f"{', '.join(names)} does not fit the board: it holds seven compute "
+            f"slices and eight memory slices, at most {_capacities(board)}"))
+    for gi in layout:
+        profile = board.profile(gi["profile"])
+        assert profile is not None
+        _create_ci(board, gi, profile.slices, 0)
+    return layout
+
+
+def _place(board: MigBoard, layout: list[dict[str, Any]],
+           names: list[str]) -> list[dict[str, Any]] | None:
+    """``names`` placed after ``layout``: each at its first placement that
+    leaves room for the rest (a 3g instance at 4 when two 2g ones follow),
+    or ``None`` when no placement does."""
+    if not names:
+        return layout
+    profile = board.by_label(names[0])
+    assert profile is not None  # _declared_names checked it
+    for start in profile.starts:
+        try:
+            placed = _create_gi(board, layout, profile.smi_id, start)
+        except LayoutRefusal:
+            continue
+        rest = _place(board, placed, names[1:])
+        if rest is not None:
+            return rest
+    return None
+
+
+def _declared_names(board: MigBoard, spec: Any) -> list[str]:
+    if not isinstance(spec, list) or not all(isinstance(item, str) for item in spec):
+        raise LayoutRefusal(INVALID_ARGUMENT, (
+            f"got {found(spec)}, expected a list of GPU instance profiles such as "
+            "[7x1g.10gb] or [3g.40gb, 2x2g.20gb]"))
+    names: list[str] = []
+    for item in spec:
+        counted = _COUNTED.match(item)
+        count, label = (int(counted[1]), counted[2]) if counted else (1, item)
+        if not 1 <= count <= COMPUTE_SLICES:
+            raise LayoutRefusal(INSUFFICIENT_RESOURCES, (
+                f"{found(item)}: {count} GPU instances, the board holds 1 to {COMPUTE_SLICES}"))
+        if board.by_label(label) is None:
+            raise LayoutRefusal(INVALID_ARGUMENT, (
+                f"{found(label)} is not a GPU instance profile of this board, expected one of "
+                f"{', '.join(p.label for p in board.profiles)}"))
+        names += [label] * count
+    if len(names) > COMPUTE_SLICES:
+        raise LayoutRefusal(INSUFFICIENT_RESOURCES, (
+            f"{len(names)} GPU instances, the board holds at most {COMPUTE_SLICES}"))
+    return names
+
+
+def _capacities(board: MigBoard) -> str:
+    return ", ".join(f"{p.instances}x{p.label}" for p in board.profiles)
 
 
 def plan(name: str, mig: Mapping[str, Any], key: str, value: str) -> list[dict[str, Any]]:
@@ -84,7 +185,7 @@ def plan(name: str, mig: Mapping[str, Any], key: str, value: str) -> list[dict[s
     if mig.get("mode_current") != "enabled":
         raise LayoutRefusal(NOT_SUPPORTED, "MIG mode is not enabled")
     numbers = _numbers(value)
-    layout = instances(mig)
+    layout = current(name, mig)
     if key == "mig_gi_create" and len(numbers) == 2:
         return _create_gi(board, layout, *numbers)
     if key == "mig_gi_destroy" and len(numbers) == 1:
