@@ -3,8 +3,8 @@
 Through nvidia-ml-py and ctypes on every built-in profile: the states a
 board lists (P0 and P8, and any state the profile names), the clock range
 of each (a state is a memory clock of the supported clocks table), and the
-free NVENC capacity of the boards that have NVENC (T4: H.264 and H.265;
-L40S: those and AV1), NOT_SUPPORTED on the rest.  nvidia-smi 535 asks for
+free NVENC capacity of the boards whose profile has an ``encoder`` block
+(T4: H.264 and H.265; L40S: those and AV1), NOT_SUPPORTED on the rest.  nvidia-smi 535 asks for
 none of these three (they are not among the NVML names it resolves, and no
 `-q` section prints them), so nvidia-ml-py is the client here.
 """
@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from mokka.state.compile import compile_profile
-from mokka.state.profile import BUILTIN_PROFILES
+from mokka.state.profile import BUILTIN_PROFILES, load_profile, read_profile_text
 from tests.engine_config_oracle import parse_engine_config
 from tests.nvml_support import run_script, state_with_overrides, write_config
 
@@ -26,6 +27,8 @@ PSTATE_UNKNOWN = 32
 #: Codecs (NVML_ENCODER_QUERY_*: H264 0, HEVC 1, AV1 2) of the boards with
 #: NVENC, from their datasheets; every other built-in board has none.
 NVENC_CODECS = {"t4": {0, 1}, "l40s": {0, 1, 2}}
+#: Their NVENC engines (T4 datasheet: 1 NVENC; L40S datasheet: 3 NVENC).
+NVENC_ENGINES = {"t4": 1, "l40s": 3}
 
 PROBE = r"""
 import ctypes, json
@@ -184,6 +187,56 @@ def test_encoder_capacity_on_boards_with_nvenc(answers, profile: str):
 
 def test_every_board_with_nvenc_is_a_built_in_profile():
     assert set(NVENC_CODECS) <= set(BUILTIN_PROFILES)
+
+
+@pytest.mark.parametrize("profile", BUILTIN_PROFILES)
+def test_the_profiles_state_the_datasheets_encoders(profile: str):
+    """T4: one NVENC; L40S: three (their datasheets); the other boards have none."""
+    words = {"h264": 0, "hevc": 1, "av1": 2}
+    for device in load_profile(profile).devices:
+        encoder = device.config.get("encoder")
+        if profile not in NVENC_CODECS:
+            assert encoder is None
+            continue
+        assert {words[c] for c in encoder["codecs"]} == NVENC_CODECS[profile]
+        assert encoder["engines"] == NVENC_ENGINES[profile]
+
+
+def with_encoder(tmp_path: Path, profile: str, encoder: dict[str, Any] | None) -> Path:
+    """A built-in profile with its ``encoder`` block replaced (``None``: removed), as a file."""
+    _, text = read_profile_text(profile)
+    doc = yaml.safe_load(text)
+    doc["device_defaults"].pop("encoder", None)
+    if encoder is not None:
+        doc["device_defaults"]["encoder"] = encoder
+    path = tmp_path / f"{profile}-encoder.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("profile", "encoder", "answering"),
+    [
+        # an H100 given an AV1-only NVENC answers for AV1 alone: the field decides,
+        # not the PCI device id
+        ("h100", {"engines": 1, "codecs": ["av1"]}, {2}),
+        # a T4 without the block answers for no codec
+        ("t4", None, set()),
+    ],
+)
+def test_the_encoder_field_decides_which_codecs_answer(
+    native: Path, tmp_path: Path, profile: str, encoder: dict[str, Any] | None,
+    answering: set[int],
+):
+    state = compile_profile(with_encoder(tmp_path, profile, encoder), node_name="worker-1")
+    config = write_config(tmp_path / "root", state)
+    got = run_script(native, config, PROBE)
+    busy = int(state.gpus[0].fields["utilization"]["encoder"])
+    for dev in got:
+        assert dev["encoder"] == [
+            100 - busy if codec in answering else {"error": NOT_SUPPORTED}
+            for codec in (0, 1, 2)
+        ]
 
 
 LOST = r"""

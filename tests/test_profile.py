@@ -219,7 +219,18 @@ RULES = [
      "h100.yaml: system.cuda_version_major: 12 contradicts cuda_version '13.0'"),
     ("system.driver", "x",
      "h100.yaml: system.driver: unknown key, expected one of: cuda_version, cuda_version_major, "
-     "cuda_version_minor, driver_version, num_devices, nvml_version"),
+     "cuda_version_minor, dmi, driver_version, num_devices, nvml_version"),
+    ("system.dmi", {"product": "X"},
+     "h100.yaml: system.dmi.product: unknown key, expected one of: board_name, board_vendor, "
+     "product_family, product_name, sys_vendor"),
+    ("system.dmi", {"product_name": 7},
+     "h100.yaml: system.dmi.product_name: 7 is not a string"),
+    ("system.dmi", {"sys_vendor": "NVIDIA\nCorp"},
+     "h100.yaml: system.dmi.sys_vendor: 'NVIDIA\\nCorp' holds a control character (a line "
+     "break, tab, escape...), expected text on one line"),
+    ("system.dmi", {"board_name": "B" * 65},
+     "h100.yaml: system.dmi.board_name: is 65 bytes long, expected at most 64"),
+    ("system.dmi", "DGXH100", "h100.yaml: system.dmi: 'DGXH100' is not a mapping"),
     ("system.num_devices", 9,
      "h100.yaml: system.num_devices: 9 is more than the 4 devices declared, expected at most 4"),
     ("gpus", [], "h100.yaml: gpus: unknown key, expected one of: device_defaults, devices, "
@@ -288,6 +299,23 @@ RULES = [
      "16, 32"),
     ("devices[1].pcie", {"current_link_gen": True},
      "h100.yaml: devices[1].pcie.current_link_gen: found True, expected an integer 1..6"),
+    ("devices[1].pcie", {"max_host_link_gen": 0},
+     "h100.yaml: devices[1].pcie.max_host_link_gen: found 0, expected an integer 1..6"),
+    ("devices[1].encoder", {"engines": 0, "codecs": ["h264"]},
+     "h100.yaml: devices[1].encoder.engines: 0 is out of range, expected 1..4294967295"),
+    ("devices[1].encoder", {"engines": 1, "codecs": ["h264", "vp9"]},
+     "h100.yaml: devices[1].encoder.codecs[1]: 'vp9' is not one of: h264, hevc, av1"),
+    ("devices[1].encoder", {"engines": 1, "codecs": ["h264", "H264"]},
+     "h100.yaml: devices[1].encoder.codecs[1]: 'H264' repeats an earlier codec, expected each "
+     "codec once"),
+    ("devices[1].encoder", {"engines": 1, "codecs": []},
+     "h100.yaml: devices[1].encoder.codecs: empty list, expected a list of the codecs NVENC "
+     "encodes, of: h264, hevc, av1"),
+    ("devices[1].encoder", {"engines": 1},
+     "h100.yaml: devices[1].encoder.codecs: missing, expected a list of the codecs NVENC "
+     "encodes, of: h264, hevc, av1"),
+    ("devices[1].encoder", {"engines": 1, "codecs": ["h264"], "decoders": 2},
+     "h100.yaml: devices[1].encoder.decoders: unknown key, expected one of: codecs, engines"),
     ("pcie_topology", {"root_complexes": [{"id": "pci0000:00", "devices": [],
                                            "numa_node": 1024}]},
      "h100.yaml: pcie_topology.root_complexes[0].numa_node: 1024 is out of range, expected "

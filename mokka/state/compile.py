@@ -170,7 +170,7 @@ def compile_state(
         system=System(
             driver_version=system.driver_version, nvml_version=system.nvml_version,
             cuda_version_major=system.cuda_version_major,
-            cuda_version_minor=system.cuda_version_minor,
+            cuda_version_minor=system.cuda_version_minor, dmi=system.dmi,
         ),
         gpus=tuple(gpus),
         pcie_roots=tuple(roots),

@@ -26,11 +26,28 @@ import attrs
 
 
 @attrs.frozen
+class SystemDmi:
+    """The host system's DMI identity as the profile states it (``system.dmi``).
+
+    What ``/sys/class/dmi/id`` shows: GPU feature discovery's ``gpu.machine``
+    is ``product_name``.  A field left ``None`` is filled in by the pcibus
+    simulator from the systems it knows carry the board.
+    """
+
+    sys_vendor: str | None = None
+    product_name: str | None = None
+    product_family: str | None = None
+    board_vendor: str | None = None
+    board_name: str | None = None
+
+
+@attrs.frozen
 class System:
     driver_version: str
     nvml_version: str
     cuda_version_major: int
     cuda_version_minor: int
+    dmi: SystemDmi = attrs.field(factory=SystemDmi)
 
     @property
     def cuda_driver_version(self) -> int:

@@ -46,6 +46,7 @@ import attrs
 
 from mokka.state import checks
 from mokka.state.checks import Problems
+from mokka.state.model import SystemDmi
 from mokka.state.profile_blocks import (
     InfinibandSpec,
     NvlinkSpec,
@@ -90,7 +91,16 @@ TOP_LEVEL_KEYS = (
 SYSTEM_KEYS = (
     "driver_version", "nvml_version", "cuda_version", "cuda_version_major",
     "cuda_version_minor", "num_devices",
+    # the host system's DMI identity (``/sys/class/dmi/id``)
+    "dmi",
 )
+#: ``system.dmi``'s keys: the ``/sys/class/dmi/id`` attributes a profile may state.
+DMI_KEYS = tuple(field.name for field in attrs.fields(SystemDmi))
+#: The longest DMI string.  SMBIOS sets no limit of its own, but firmware
+#: writes short names (``DGXH100``, ``ARS-121GL-NB3-LCC-R1``), and GFD copies
+#: ``product_name`` into a node label, whose values hold at most 63 characters:
+#: a longer value is a mistake, such as a pasted blob.
+DMI_VALUE_MAX_BYTES = 64
 #: ``580.105.08`` or ``550.54``: GFD splits the driver version at the dots
 #: and accepts two or three parts, so nothing else may reach NVML.
 #: ``re.ASCII``: ``\d`` would otherwise take any script's digits (``٥٨٠``),
@@ -125,6 +135,8 @@ class SystemSpec:
     cuda_version_minor: int
     #: Expose only the first N devices (by index); ``None``: all of them.
     num_devices: int | None = None
+    #: ``system.dmi``: the host system's identity where the profile states it.
+    dmi: SystemDmi = attrs.field(factory=SystemDmi)
 
 
 @attrs.frozen(kw_only=True)
@@ -240,6 +252,8 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
     if sys_map is None:
         return None
     checks.check_keys(p, "system", sys_map, SYSTEM_KEYS)
+    # first: the checks below may return early, and every problem is reported
+    dmi = _dmi(p, sys_map.get("dmi"))
     driver = checks.require(p, "system", sys_map, "driver_version",
                             "a driver version like 580.105.08")
     if driver is not None:
@@ -299,13 +313,34 @@ def _system(p: Problems, top: Mapping[str, Any]) -> SystemSpec | None:
     if num is not None:
         # at least 1: hiding every GPU would make this no GPU node at all
         num = checks.as_int(p, "system.num_devices", num, lo=1)
-    if driver is None:
+    if driver is None or dmi is None:
         return None
     # Real NVML versions read ``<cuda major>.<driver version>`` (``13.580.105.08``).
     return SystemSpec(
         driver_version=driver, nvml_version=nvml or f"{major}.{driver}",
-        cuda_version_major=major, cuda_version_minor=minor, num_devices=num,
+        cuda_version_major=major, cuda_version_minor=minor, num_devices=num, dmi=dmi,
     )
+
+
+def _dmi(p: Problems, raw: Any) -> SystemDmi | None:
+    """``system.dmi``: any of ``DMI_KEYS``, each one line of text; ``None`` on a problem.
+
+    Each value becomes a one-line sysfs attribute as written, so a line
+    break, a control character or an over-long string is refused here.
+    """
+    if raw is None:
+        return SystemDmi()
+    dmi = checks.as_mapping(p, "system.dmi", raw)
+    if dmi is None:
+        return None
+    before = len(p.items)
+    checks.check_keys(p, "system.dmi", dmi, DMI_KEYS)
+    values = {key: checks.as_text(p, f"system.dmi.{key}", value,
+                                  max_bytes=DMI_VALUE_MAX_BYTES)
+              for key, value in dmi.items() if key in DMI_KEYS and value is not None}
+    if len(p.items) > before:
+        return None
+    return SystemDmi(**values)
 
 
 # ---- from text -----------------------------------------------------------

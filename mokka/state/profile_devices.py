@@ -29,6 +29,7 @@ from mokka.state.device_checks import (
     check_failure,
     check_pcie_link,
     check_xid_list,
+    pcie_link_problem,
 )
 
 #: Highest minor number of a GPU's ``/dev/nvidia<minor>`` (the driver's
@@ -44,6 +45,13 @@ _DEVICE_INTS = {
     "power": ("default_limit_mw", "enforced_limit_mw", "min_limit_mw", "max_limit_mw"),
     "clocks": ("graphics_max", "sm_max", "memory_max", "video_max"),
 }
+
+
+#: ``encoder``'s keys: how many NVENC engines the chip has, and the codecs they encode.
+ENCODER_KEYS = ("engines", "codecs")
+#: The codecs NVML asks the encoder about (``nvmlEncoderType_t``: H264, HEVC,
+#: AV1), in the words ``native/nvml/encoder.c`` reads.
+ENCODER_CODECS = ("h264", "hevc", "av1")
 
 
 @attrs.frozen(kw_only=True)
@@ -173,6 +181,10 @@ def _device(
     fabric = merged.get("fabric")
     if isinstance(fabric, Mapping) and fabric.get("state") is None:
         p.add(sub(path, "fabric.state"), f"missing, expected one of: {', '.join(FABRIC_STATES)}")
+    encoder = merged.get("encoder")
+    for key in ENCODER_KEYS if isinstance(encoder, Mapping) else ():
+        if encoder.get(key) is None:
+            p.add(sub(path, f"encoder.{key}"), f"missing, expected {_ENCODER_EXPECTED[key]}")
     # ``minor_number: null`` is no minor number: the index stands in for it,
     # and must then be a valid minor itself (255 is nvidiactl's).
     minor = merged.get("minor_number")
@@ -262,6 +274,9 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
         checks.as_int(p, sub(path, "platform.module_id"), pf["module_id"], lo=0)
     if cfg.get("pcie") is not None:
         check_pcie_link(p, sub(path, "pcie"), cfg["pcie"])
+        _check_host_link_gen(p, sub(path, "pcie"), cfg["pcie"])
+    if cfg.get("encoder") is not None:
+        _check_encoder(p, sub(path, "encoder"), cfg["encoder"])
     if cfg.get("fabric") is not None:
         check_fabric(p, sub(path, "fabric"), cfg["fabric"], partial=True)
     if cfg.get("failure") is not None:
@@ -271,3 +286,45 @@ def _device_fields(p: Problems, path: str, cfg: Mapping[str, Any]) -> None:
     if cfg.get("dynamics") is not None:
         check_dynamics(p, sub(path, "dynamics"), cfg["dynamics"])
 
+
+
+def _check_host_link_gen(p: Problems, path: str, pcie: Any) -> None:
+    """``pcie.max_host_link_gen``: the host side's top generation, a generation like the
+    link's own (it may be below the link's: a GB300 reports Gen 6 links and host Gen 4)."""
+    value = pcie.get("max_host_link_gen") if isinstance(pcie, Mapping) else None
+    if value is not None and (problem := pcie_link_problem("max_link_gen", value)) is not None:
+        p.add(sub(path, "max_host_link_gen"), problem)
+
+
+_ENCODER_EXPECTED = {
+    "engines": "the number of NVENC engines (an integer >= 1)",
+    "codecs": f"a list of the codecs NVENC encodes, of: {', '.join(ENCODER_CODECS)}",
+}
+
+
+def _check_encoder(p: Problems, path: str, value: Any) -> None:
+    """``encoder``: the board's NVENC, per layer (presence is ``_device``'s check).
+
+    A board without NVENC has no ``encoder`` block; one with it encodes at
+    least one codec, each named once.
+    """
+    encoder = checks.as_mapping(p, path, value)
+    if encoder is None:
+        return
+    checks.check_keys(p, path, encoder, ENCODER_KEYS)
+    if encoder.get("engines") is not None:
+        checks.as_int(p, sub(path, "engines"), encoder["engines"], lo=1, hi=0xFFFFFFFF)
+    if encoder.get("codecs") is None:
+        return
+    codecs = checks.as_list(p, sub(path, "codecs"), encoder["codecs"])
+    if codecs is not None and not codecs:
+        p.add(sub(path, "codecs"), f"empty list, expected {_ENCODER_EXPECTED['codecs']}")
+    seen: set[str] = set()
+    for pos, codec in enumerate(codecs or ()):
+        item = sub(sub(path, "codecs"), pos)
+        word = checks.as_choice(p, item, codec, ENCODER_CODECS)
+        if word is None:
+            continue
+        if word in seen:
+            p.add(item, f"{codec!r} repeats an earlier codec, expected each codec once")
+        seen.add(word)

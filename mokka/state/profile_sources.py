@@ -43,7 +43,7 @@ GROUPS: dict[str, str] = {
     "schema": "the profile schema version",
     "driver": "driver, CUDA and NVML versions, GSP firmware, driver model",
     "identity": "name, brand, architecture, compute capability, cores, PCI device and "
-                "subsystem ids",
+                "subsystem ids, video encoders",
     "part_numbers": "board and GPU part numbers",
     "firmware": "VBIOS and InfoROM versions, the black box flush",
     "memory": "FB size and reserve, bus width, BAR1, row-remapper banks",
@@ -58,6 +58,7 @@ GROUPS: dict[str, str] = {
                 "processes",
     "nvlink": "NVLink generation, links, bandwidth, C2C, NVSwitches, fabric state",
     "infiniband": "the HCAs",
+    "host": "the host system's DMI identity: vendor, product, family, board",
     "layout": "this node's arrangement: indices, minors, bus and board ids, UUID and serial "
               "templates, module and slot ids, PCIe roots and NUMA nodes, Grace pairs, the "
               "fabric clique",
@@ -79,6 +80,7 @@ FIELD_GROUPS: dict[str, str] = {
     "device.num_gpu_cores": "identity",
     "device.pci.device_id": "identity",
     "device.pci.subsystem_id": "identity",
+    "device.encoder": "identity",
     "device.board_part_number": "part_numbers",
     "device.gpu_part_number": "part_numbers",
     "device.vbios_version": "firmware",
@@ -137,6 +139,7 @@ FIELD_GROUPS: dict[str, str] = {
     "device.fabric.cluster_uuid": "layout",
     "device.fabric.clique_id": "layout",
     "infiniband": "infiniband",
+    "system.dmi": "host",
     "device.index": "layout",
     "device.minor_number": "layout",
     "device.uuid": "layout",

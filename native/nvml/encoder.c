@@ -2,40 +2,41 @@
  * Encoder capacity: how much of the board's NVENC capacity is free, per
  * codec (nvmlDeviceGetEncoderCapacity).
  *
- * Whether a board has NVENC at all, and which codecs it encodes, is a fact
- * of the chip, not of a profile setting: the boards with video encoders are
- * listed here by PCI device id, from NVIDIA's datasheets.  Every other
- * board (A100, H100, B200, GB200, GB300: NVDEC and NVJPG only, no NVENC)
- * answers NVML_ERROR_NOT_SUPPORTED, as a real one does.  Apart from
- * utilization.c, which reports how busy the encoder is: this says what is
- * left of it.
+ * Whether a board has NVENC, and which codecs it encodes, is the profile's
+ * `encoder` block (`encoder.codecs`: h264, hevc, av1), written from the
+ * board's datasheet.  A board without the block (A100, H100, B200, GB200,
+ * GB300: NVDEC and NVJPG only, no NVENC) answers NVML_ERROR_NOT_SUPPORTED
+ * for every codec, as a real one does, and so does a board for a codec its
+ * NVENC does not encode (AV1 on a T4).  Apart from utilization.c, which
+ * reports how busy the encoder is: this says what is left of it.
  */
+#include <stdio.h>
+#include <strings.h>
+
 #include "mock.h"
 
-enum codec_bits {
-    H264 = 1u << NVML_ENCODER_QUERY_H264,
-    HEVC = 1u << NVML_ENCODER_QUERY_HEVC,
-    AV1 = 1u << NVML_ENCODER_QUERY_AV1,
+/* The profile's word for each nvmlEncoderType_t a capacity query names. */
+static const char *const CODEC_WORDS[] = {
+    [NVML_ENCODER_QUERY_H264] = "h264",
+    [NVML_ENCODER_QUERY_HEVC] = "hevc",
+    [NVML_ENCODER_QUERY_AV1] = "av1",
 };
 
-/* Boards with NVENC and the codecs it encodes. */
-static const struct {
-    unsigned device_id; /* PCI device id (pci.device_id) */
-    unsigned codecs;    /* enum codec_bits */
-} NVENC_BOARDS[] = {
-    /* Tesla T4 (Turing, TU104): one NVENC, H.264 and H.265 (T4 datasheet) */
-    {0x1EB8, H264 | HEVC},
-    /* L40S (Ada, AD102): three NVENC with AV1 (L40S datasheet) */
-    {0x26B9, H264 | HEVC | AV1},
-};
-
-/* The codecs the device's NVENC encodes; 0 for a board without one. */
-static unsigned board_codecs(const struct mock_config *cfg, unsigned pos)
+/* Whether the device's NVENC encodes `codec` (an index into CODEC_WORDS):
+ * the word is among `encoder.codecs`.  Not a hot path: a client asks once
+ * per codec, and the list holds at most three words. */
+static int encodes(const struct mock_config *cfg, unsigned pos, unsigned codec)
 {
-    unsigned device_id = mock_pci_device_id(cfg, pos) >> 16;
-    for (size_t i = 0; i < MOCK_COUNT(NVENC_BOARDS); i++)
-        if (NVENC_BOARDS[i].device_id == device_id)
-            return NVENC_BOARDS[i].codecs;
+    unsigned count = 0;
+    if (!mock_dev_list_len(cfg, pos, "encoder.codecs", &count))
+        return 0;
+    for (unsigned i = 0; i < count; i++) {
+        char field[48];
+        snprintf(field, sizeof field, "encoder.codecs.%u", i);
+        const char *word = mock_dev_get(cfg, pos, field);
+        if (word != NULL && strcasecmp(word, CODEC_WORDS[codec]) == 0)
+            return 1;
+    }
     return 0;
 }
 
@@ -48,14 +49,14 @@ MOCK_API nvmlReturn_t nvmlDeviceGetEncoderCapacity(nvmlDevice_t device,
 {
     if (encoderCapacity == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (encoderQueryType != NVML_ENCODER_QUERY_H264 &&
-        encoderQueryType != NVML_ENCODER_QUERY_HEVC && encoderQueryType != NVML_ENCODER_QUERY_AV1)
+    if ((unsigned)encoderQueryType >= MOCK_COUNT(CODEC_WORDS) ||
+        CODEC_WORDS[encoderQueryType] == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    if (!(board_codecs(c.cfg, c.pos) & (1u << encoderQueryType))) {
+    if (!encodes(c.cfg, c.pos, (unsigned)encoderQueryType)) {
         r = NVML_ERROR_NOT_SUPPORTED;
     } else {
         unsigned busy = 0;

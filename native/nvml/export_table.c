@@ -13,13 +13,14 @@
  * id>` picks a GPU (slot 12 parses the id, slot 75 gives each GPU's domain,
  * bus and device to compare with it); slot 23 is the PCI path between two
  * bus ids (`topo -m`); slot 108 is nvmlDeviceGetEnforcedPowerLimit itself,
- * the only way `--query-gpu=enforced.power.limit` reads it; slots 226, 231,
- * 240, 242 and 243 are the board facts `-q` reads only here (atomic caps,
- * GPU part number, T.Limit temperature, addressing mode, sparse operation
- * mode); slots 213 to 215 the processes (the process table); slots 72, 138
- * and 145 what `dmon` and `pmon` need beyond the public getters (whether a
- * GPU can be monitored, the thermal violation time, per-process engine
- * use); slot 223 the NUMA node of the CPUs nearest a GPU (`topo -C`).
+ * the only way `--query-gpu=enforced.power.limit` reads it; slots 226, 230,
+ * 231, 240, 242 and 243 are the board facts `-q` reads only here (atomic
+ * caps, the host side's top PCIe generation, GPU part number, T.Limit
+ * temperature, addressing mode, sparse operation mode); slots 213 to 215
+ * the processes (the process table); slots 72, 138 and 145 what `dmon` and
+ * `pmon` need beyond the public getters (whether a GPU can be monitored,
+ * the thermal violation time, per-process engine use); slot 223 the NUMA
+ * node of the CPUs nearest a GPU (`topo -C`).
  * Each answers from the same profile field or public getter as that
  * fact's public call, so the two never differ; any other slot stays NULL
  * (nvidia-smi prints N/A, or for `-i` a message of its own).
@@ -69,6 +70,7 @@
 #define SLOT_THERMAL_VIOLATION 138
 #define SLOT_PROCESS_ENGINE_SAMPLES 145
 #define SLOT_PCIE_ATOMIC_CAPS 226
+#define SLOT_PCIE_MAX_HOST_LINK_GEN 230
 #define SLOT_GPU_PART_NUMBER 231
 #define SLOT_TLIMIT_TEMPERATURE 240
 #define SLOT_ADDRESSING_MODE 242
@@ -261,6 +263,15 @@ static int pcie_atomic_caps(nvmlDevice_t device, unsigned int *caps)
     return mock_read(device, read_atomic_caps, caps);
 }
 
+/* Slot 230: (device, &generation): the host side's top PCIe generation,
+ * which `-q` prints as "Host Max" under "GPU Link Info" (`max_host_link_gen`):
+ * the profile's pcie.max_host_link_gen; without one NOT_SUPPORTED, which
+ * prints N/A, as most real boards do. */
+static int pcie_max_host_link_gen(nvmlDevice_t device, unsigned int *generation)
+{
+    return mock_uint_field(device, MOCK_GUARDED, "pcie.max_host_link_gen", generation);
+}
+
 /* Slot 231: (device, buffer, length), the string nvmlDeviceGetBoardPartNumber's
  * sibling would return. */
 static int gpu_part_number(nvmlDevice_t device, char *buf, unsigned int length)
@@ -440,6 +451,7 @@ static void build_table(void)
     set_slot(SLOT_THERMAL_VIOLATION, (const void *)(uintptr_t)&thermal_violation);
     set_slot(SLOT_PROCESS_ENGINE_SAMPLES, (const void *)(uintptr_t)&process_engine_samples);
     set_slot(SLOT_PCIE_ATOMIC_CAPS, (const void *)(uintptr_t)&pcie_atomic_caps);
+    set_slot(SLOT_PCIE_MAX_HOST_LINK_GEN, (const void *)(uintptr_t)&pcie_max_host_link_gen);
     set_slot(SLOT_GPU_PART_NUMBER, (const void *)(uintptr_t)&gpu_part_number);
     set_slot(SLOT_TLIMIT_TEMPERATURE, (const void *)(uintptr_t)&tlimit_temperature);
     set_slot(SLOT_ADDRESSING_MODE, (const void *)(uintptr_t)&addressing_mode);

@@ -10,8 +10,11 @@ the class directory to it::
                             board_vendor,board_name}      (0444, one line each)
     class/dmi/id -> ../../devices/virtual/dmi/id
 
-The identity follows from the state's board (its GPUs' name and how many
-there are), matched against the systems that carry those boards:
+A profile states its system with ``system.dmi`` (every built-in profile
+whose system is known does); each attribute it leaves out follows from the
+state's board (its GPUs' name and how many there are), matched against the
+systems that carry those boards, so a profile written before the field
+existed still gets its system's identity:
 
 * 8x ``NVIDIA H100 80GB HBM3``: NVIDIA DGX H100, ``NVIDIA``/``DGXH100``
   (the product name NVIDIA's own MLPerf tooling reads back as the system
@@ -76,7 +79,15 @@ KNOWN_SYSTEMS: dict[tuple[str, int], DmiIdentity] = {
 
 
 def system_identity(state: State) -> DmiIdentity:
-    """The identity of the system carrying ``state``'s GPUs (``GENERIC`` when unknown).
+    """The identity of the system carrying ``state``'s GPUs: what the profile's
+    ``system.dmi`` states, the rest from ``board_system``."""
+    stated = {name: value for name, value in attrs.asdict(state.system.dmi).items()
+              if value is not None}
+    return attrs.evolve(board_system(state), **stated)
+
+
+def board_system(state: State) -> DmiIdentity:
+    """The system known to carry ``state``'s GPUs (``GENERIC`` when unknown).
 
     A node whose GPUs are not all one model is no system we know.
     """
