@@ -151,6 +151,7 @@ def test_default_render_container(helm: Helm) -> None:
         "--nri-plugin": "on",
         "--nri-plugin-socket": "/var/run/nri/nri.sock",
         "--nri-ambient": "off",
+        "--nri-sys-devices": "off",
     }
     assert container["env"] == [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
@@ -326,6 +327,7 @@ def test_runtime_setup_off(helm: Helm) -> None:
         "--nri-socket",
         "--nri-plugin-socket",
         "--nri-ambient",
+        "--nri-sys-devices",
     ):
         assert absent not in rendered
     assert "nri" not in volumes(docs)
@@ -348,8 +350,24 @@ def test_nri_plugin_off_keeps_containerds_nri(helm: Helm) -> None:
     assert rendered["--nri"] == "on"
     assert rendered["--nri-plugin"] == "off"
     assert "--nri-plugin-socket" not in rendered
+    assert "--nri-sys-devices" not in rendered
     assert "nri" not in volumes(docs)
     assert "/var/run/nri" not in mounts(agent(docs))
+
+
+@pytest.mark.realclient
+def test_nri_sys_devices_is_opt_in_and_extra_args_still_override_it(helm: Helm) -> None:
+    from mokka.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert flags(helm.template())["--nri-sys-devices"] == "off"
+    on = helm.template(None, "nodeAgent.nri.sysDevices=true")
+    assert flags(on)["--nri-sys-devices"] == "on"
+    assert parse_daemon_args(parse, agent(on)["args"]).nri_sys_devices == "on"
+    # The user's extraArgs come after it, so they win.
+    args = agent(helm.template(None, "nodeAgent.nri.sysDevices=true",
+                               "nodeAgent.extraArgs={--nri-sys-devices=off}"))["args"]
+    assert parse_daemon_args(parse, args).nri_sys_devices == "off"
 
 
 @pytest.mark.realclient

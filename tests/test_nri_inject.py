@@ -18,10 +18,18 @@ from mokka import layout
 from mokka.noderoot.host import Host
 from mokka.simulators.gpudriver.nvml_socket import SOCKET
 from mokka.simulators.nri import inject
-from mokka.simulators.nri.inject import ANNOTATION, NodeView, adjustment, visible_gpus
+from mokka.simulators.nri import view as view_module
+from mokka.simulators.nri.inject import (
+    ANNOTATION,
+    NodeDevices,
+    NodeView,
+    SysDevices,
+    adjustment,
+    visible_gpus,
+)
 from mokka.simulators.nri.model import Adjustment, Container, Device, Mount
 from mokka.simulators.nri.settings import NriSettings
-from mokka.simulators.nri.view import build_view, plan_gpus
+from mokka.simulators.nri.view import build_view, plan_gpus, read_node_devices
 from mokka.state.compile import compile_profile
 from tests.support import snapshot
 
@@ -424,3 +432,126 @@ def test_the_view_binds_staged_dmi_only_over_a_dmi_the_node_has(
     (staged / "product_name").unlink()
     staged.rmdir()
     assert build_view(STATE, Host(root), settings).dmi is None
+
+
+# ---- --nri-sys-devices ---------------------------------------------------------------
+
+LINKS = f"{layout.STATE_ROOT}/nri/pci-devices"
+#: GPU 1 and the switch port above it (root, port) in the h100 tree.
+GPU1 = GPUS[1]
+_, GPU1_ROOT, GPU1_PORT, _ = GPU1.sysfs_path.split("/")
+NODE = NodeDevices(entries=("pci0000:00", "system", "virtual"))
+
+
+def sys_view(**changes) -> NodeView:
+    roots = frozenset(p.split("/")[1] for p in (*(g.sysfs_path for g in GPUS), *SWITCHES))
+    return make_view(sys_devices=SysDevices(node_sysfs="/sys", links=LINKS, roots=roots),
+                     **changes)
+
+
+def layers(adj: Adjustment) -> list[str]:
+    (bus,) = [m for m in adj.mounts if m.destination == "/sys/bus/pci/devices"]
+    assert (bus.type, bus.source) == ("overlay", "overlay")
+    (option,) = [o for o in bus.options if o.startswith("lowerdir=")]
+    assert "ro" in bus.options
+    return option.removeprefix("lowerdir=").split(":")
+
+
+def test_sys_devices_gives_a_devices_tree_of_its_own_and_the_bus_as_links() -> None:
+    adj = adjustment(box(env=("NVIDIA_VISIBLE_DEVICES=1",)), sys_view(), NODE)
+    by_dest = {m.destination: m for m in adj.mounts}
+    assert by_dest["/sys/devices"].type == "tmpfs"
+    for name in NODE.entries:  # the node's own, from its sysfs
+        assert by_dest[f"/sys/devices/{name}"].source == f"/sys/devices/{name}"
+        assert "ro" in by_dest[f"/sys/devices/{name}"].options
+    assert by_dest[f"/sys/devices/{GPU1_ROOT}"].type == "tmpfs"
+    chain = by_dest[f"/sys/devices/{GPU1_ROOT}/{GPU1_PORT}"]
+    assert chain.source == f"{layout.SYS_ROOT}/devices/{GPU1_ROOT}/{GPU1_PORT}"
+    # Exactly GPU 1's chain: no other root, port or device below /sys/devices.
+    staged = {d for d in destinations(adj) if d.startswith("/sys/devices/pci0000:")
+              and not d.startswith("/sys/devices/pci0000:00")}
+    assert staged == {f"/sys/devices/{GPU1_ROOT}", chain.destination}
+    # The bus: GPU 1's link and its port's, each a staged layer, and the empty one.
+    assert layers(adj) == [f"{LINKS}/{GPU1_PORT.replace(':', '-')}",
+                           f"{LINKS}/{GPU1.bdf.replace(':', '-')}", f"{LINKS}/none"]
+    assert not any(d.startswith("/sys/bus/pci/devices/") for d in destinations(adj))
+    assert len(destinations(adj)) == len(adj.mounts)
+    dests = [m.destination for m in adj.mounts]  # parents before what goes in them
+    assert dests.index("/sys/devices") < dests.index(f"/sys/devices/{GPU1_ROOT}") < dests.index(
+        chain.destination)
+
+
+def test_sys_devices_keeps_the_nodes_entries_of_a_root_the_staged_tree_shares() -> None:
+    node = NodeDevices(entries=(GPU1_ROOT, "system"),
+                       roots={GPU1_ROOT: (GPU1_PORT, "0000:48:1f.0", "power")})
+    adj = adjustment(box(env=("NVIDIA_VISIBLE_DEVICES=1",)), sys_view(), node)
+    by_dest = {m.destination: m.source for m in adj.mounts}
+    assert f"/sys/devices/{GPU1_ROOT}" not in {m.destination for m in adj.mounts
+                                                if m.type == "bind"}  # not the node's whole root
+    for name in ("0000:48:1f.0", "power"):
+        assert by_dest[f"/sys/devices/{GPU1_ROOT}/{name}"] == f"/sys/devices/{GPU1_ROOT}/{name}"
+    # The staged port wins over a node entry of the same name.
+    assert by_dest[f"/sys/devices/{GPU1_ROOT}/{GPU1_PORT}"].startswith(layout.SYS_ROOT)
+
+
+def test_sys_devices_with_every_gpu_brings_the_switches_and_all_ports() -> None:
+    adj = adjustment(box(env=("NVIDIA_VISIBLE_DEVICES=all",)), sys_view(), NODE)
+    functions = [g.sysfs_path for g in GPUS] + list(SWITCHES)
+    expected = {p.split("/")[3] for p in functions} | {p.split("/")[2] for p in functions}
+    assert layers(adj)[:-1] == [f"{LINKS}/{b.replace(':', '-')}" for b in sorted(expected)]
+    for path in functions:
+        _, root, top, _ = path.split("/")
+        assert f"/sys/devices/{root}/{top}" in destinations(adj)
+
+
+def test_sys_devices_off_or_unread_leaves_the_bus_as_directories() -> None:
+    container = box(env=("NVIDIA_VISIBLE_DEVICES=1",))
+    default = adjustment(container, VIEW, NODE)  # the option off (the default)
+    on_unread = adjustment(container, sys_view())  # no listing of the node: as off
+    for adj in (default, on_unread):
+        assert "/sys/devices" not in destinations(adj)
+        assert f"/sys/bus/pci/devices/{GPU1.bdf}" in destinations(adj)
+    assert VIEW.sys_devices is None
+
+
+def test_sys_devices_leaves_containers_without_gpus_alone() -> None:
+    assert adjustment(box(), sys_view(), NODE) == Adjustment()
+    ambient = adjustment(box(annotations={ANNOTATION: "on"}), sys_view(), NODE)
+    assert ambient
+    assert not any(d.startswith("/sys/") for d in destinations(ambient))
+
+
+@pytest.mark.parametrize("links", ["/n" * 2000 + "/pci-devices", "/node:1/pci-devices",
+                                   "/node,x/pci-devices"])
+def test_an_overlay_option_too_long_or_unsayable_falls_back_to_directories(links: str) -> None:
+    view = sys_view()
+    view = attrs.evolve(view, sys_devices=attrs.evolve(view.sys_devices, links=links))
+    adj = adjustment(box(env=("NVIDIA_VISIBLE_DEVICES=all",)), view, NODE)
+    assert "/sys/devices" not in destinations(adj)
+    assert f"/sys/bus/pci/devices/{GPU1.bdf}" in destinations(adj)
+
+
+def test_the_view_reads_the_nodes_devices_directories_only(tmp_path: Path) -> None:
+    sysfs = tmp_path / "sys"
+    for name in ("system", "virtual", GPU1_ROOT, f"{GPU1_ROOT}/0000:48:1f.0", f"{GPU1_ROOT}/power"):
+        (sysfs / "devices" / name).mkdir(parents=True)
+    (sysfs / "devices" / GPU1_ROOT / "uevent").write_text("")
+    (sysfs / "devices" / GPU1_ROOT / "firmware_node").symlink_to("../system")
+    (sysfs / "devices" / "pci0000:70").symlink_to("system")  # a link is no directory here
+    read = read_node_devices(sysfs, {GPU1_ROOT, "pci0000:b0"})
+    assert read.entries == tuple(sorted(("system", "virtual", GPU1_ROOT)))
+    assert dict(read.roots) == {GPU1_ROOT: ("0000:48:1f.0", "power")}
+    for i in range(view_module.MAX_NODE_ENTRIES + 5):
+        (sysfs / "devices" / f"x{i:04d}").mkdir()
+    assert len(read_node_devices(sysfs, ()).entries) == view_module.MAX_NODE_ENTRIES
+    with pytest.raises(FileNotFoundError, match="nothing"):
+        read_node_devices(tmp_path / "nothing", ())
+
+    root = tmp_path / "root"
+    root.mkdir()
+    on = build_view(STATE, Host(root), NriSettings(mount_root="/node", sysfs=sysfs,
+                                                   sys_devices=True))
+    assert on.sys_devices == SysDevices(
+        node_sysfs=str(sysfs), links=f"/node{LINKS}",
+        roots=frozenset(p.split("/")[1] for p in (*(g.sysfs_path for g in GPUS), *SWITCHES)))
+    assert build_view(STATE, Host(root), NriSettings(sysfs=sysfs)).sys_devices is None

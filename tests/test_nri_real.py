@@ -26,6 +26,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from mokka.simulators.nri.view import plan_gpus
 from mokka.state.compile import compile_profile
 from tests.containerd_support import IMAGE, Containerd, cleanup_node, per_series, staged_node
 from tests.daemon_support import daemon_env
@@ -300,3 +301,65 @@ def test_the_device_plugin_in_its_container_reports_each_gpus_numa_node(
         node.containerd.remove(cid)
         kubelet.stop()
     assert list(kubelet.directory.iterdir()) == [], "the plugin removes its socket at SIGTERM"
+
+
+#: What a DRA driver's ``pcieRoot`` lookup reads (Kubernetes'
+#: ``deviceattribute``: the link's text, its first component below
+#: ``/sys/devices``), the chain it resolves to, and what else sits there.
+SYS_SCRIPT = (
+    f"echo == target; /bin/busybox readlink {BUS}/{GPU1.bus_id};"
+    f" echo == link; /bin/busybox readlink -f {BUS}/{GPU1.bus_id};"
+    f" echo == numa; cat {BUS}/{GPU1.bus_id}/numa_node 2>&1;"
+    f" echo == bus; ls {BUS};"
+    " echo == devices; ls /sys/devices;"
+    " echo == node0; ls -d /sys/devices/system/node/node0 2>&1; true"
+)
+
+
+def test_sys_devices_resolves_a_gpus_bus_link_to_its_staged_chain(
+    node: Node, tmp_path: Path
+) -> None:
+    """``--nri-sys-devices``: GPU 1's bus entry is a link to its root complex and
+    switch port as the profile places it, the node's own ``/sys/devices`` stays
+    (NUMA topology included), a container without GPUs is unchanged; off (the
+    module's daemon) the bus entry is a directory of its own."""
+    containerd = node.containerd
+    gpu1_path = next(g.sysfs_path for g in plan_gpus(STATE)[0] if g.index == 1)
+    _, root_complex, port, _ = gpu1_path.split("/")
+    assert root_complex == GPU1.root_complex
+    host_devices = sorted(os.listdir("/sys/devices"))
+    off = containerd.run_container(node.pod, "nri", "sysdev-off", SYS_SCRIPT,
+                                   cdi_devices=["nvidia.com/gpu=1"])
+    assert off.sections["link"] == [f"{BUS}/{GPU1.bus_id}"]  # no link to follow
+    assert off.sections["devices"] == host_devices
+
+    root = Path(node.daemon.args[0])
+    links = root / "var/lib/nvml-mock/nri/pci-devices"
+    assert not links.exists()  # off: nothing staged
+    assert node.daemon.stop() == 0
+    sys_devices = NriDaemonProcess(node.daemon.socket, tmp_path / "daemon",
+                                   (str(root), "--sys-devices"))
+    restarts = node.daemon.lines("configured by containerd")
+    try:
+        sys_devices.start()
+        sys_devices.wait_for("configured by containerd")
+        assert links.is_dir()
+        gpu = containerd.run_container(node.pod, "nri", "sysdev-gpu1", SYS_SCRIPT,
+                                       cdi_devices=["nvidia.com/gpu=1"])
+        plain = containerd.run_container(node.pod, "nri", "sysdev-plain", SYS_SCRIPT)
+    finally:
+        assert sys_devices.stop() == 0
+        node.daemon.start()
+        node.daemon.wait_for("configured by containerd", restarts + 1)
+    assert not links.exists()  # its teardown took the link directories away
+    assert gpu.exit_code == 0, gpu
+    assert gpu.sections["target"] == [f"../../../{gpu1_path}"]  # as a real node's bus has it
+    assert gpu.sections["link"] == [f"/sys/{gpu1_path}"]
+    assert gpu.sections["numa"] == [str(GPU1.numa_node)]
+    assert gpu.sections["bus"] == sorted([GPU1.bus_id, port])  # GPU 0 absent
+    assert gpu.sections["devices"] == sorted({*host_devices, root_complex})
+    assert gpu.sections["node0"] == ["/sys/devices/system/node/node0"]
+    assert plain.exit_code == 0, plain
+    assert plain.sections["devices"] == host_devices
+    assert GPU1.bus_id not in plain.sections["bus"]
+    assert plain.sections["node0"] == ["/sys/devices/system/node/node0"]

@@ -19,8 +19,9 @@ from mokka.errors import SpecError
 from mokka.noderoot.host import Host
 from mokka.simulators import registry
 from mokka.simulators.base import Daemon, Simulator
-from mokka.simulators.nri import PLUGIN, NriSettings, NriSimulator
+from mokka.simulators.nri import PLUGIN, NriSettings, NriSimulator, pci_links
 from mokka.simulators.nri.model import Adjustment, Container
+from mokka.simulators.pcibus.hierarchy import plan_tree
 from mokka.state.compile import compile_profile
 
 pytestmark = pytest.mark.timeout(60)
@@ -196,3 +197,49 @@ async def test_a_connection_that_fails_to_start_fails_run(tmp_path: Path) -> Non
         async with trio.open_nursery() as nursery:
             await nursery.start(sim.run, Host(root), H100)
     assert not sim.readiness.ready
+
+
+def test_sys_devices_is_an_opt_in_flag() -> None:
+    parse = cli.build_parser().parse_args
+    assert PLUGIN.build(parse(["daemon"])).settings.sys_devices is False
+    assert PLUGIN.build(parse(["daemon", "--nri-sys-devices", "on"])).settings.sys_devices
+
+
+async def test_sys_devices_stages_a_link_per_function_and_discard_removes_them(
+    tmp_path: Path,
+) -> None:
+    """Each directory holds one link, the text a real node's bus holds; the node's
+    own /sys/devices is read at each creation, and an unreadable one fails it
+    (the connection then answers empty and readiness says why)."""
+    sysfs = tmp_path / "sys"
+    (sysfs / "devices" / "system" / "node" / "node0").mkdir(parents=True)
+    sim, fake, host = make(tmp_path, sys_devices=True, sysfs=sysfs)
+    before = sorted(os.walk(host.root))
+    await sim.stage(host, H100)
+    links = host.root / pci_links.PCI_LINKS.lstrip("/")
+    tree = plan_tree(H100, fallback_cpus=1)
+    assert sorted(p.name for p in links.iterdir()) == sorted(
+        [pci_links.EMPTY] + [pci_links.link_dir(fn.bdf) for fn in tree.functions])
+    for fn in tree.functions:
+        (link,) = (links / pci_links.link_dir(fn.bdf)).iterdir()
+        assert (link.name, os.readlink(link)) == (fn.bdf, f"../../../{fn.path}")
+    assert list((links / pci_links.EMPTY).iterdir()) == []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sim.run, host, H100)
+            adj = await fake.on_create(gpu_box("1"))
+            by_dest = {m.destination: m for m in adj.mounts}
+            assert by_dest["/sys/bus/pci/devices"].type == "overlay"
+            assert by_dest["/sys/devices/system"].source == f"{sysfs}/devices/system"
+            for option in by_dest["/sys/bus/pci/devices"].options[-1].split("=")[1].split(":"):
+                assert (host.root / option.lstrip("/")).is_dir(), option  # staged layers
+            (sysfs / "devices" / "system" / "node" / "node0").rmdir()
+            (sysfs / "devices" / "system" / "node").rmdir()
+            (sysfs / "devices" / "system").rmdir()
+            (sysfs / "devices").rmdir()
+            with pytest.raises(FileNotFoundError, match="devices"):
+                await fake.on_create(gpu_box("1"))
+            nursery.cancel_scope.cancel()
+    await sim.discard(host)
+    assert not links.exists()
+    assert sorted(os.walk(host.root)) == before

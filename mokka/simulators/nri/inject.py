@@ -33,6 +33,17 @@ and a slow or failing decision must not hold up a container creation.
   a tmpfs over that root; a root the node lacks cannot be created inside a
   read-only sysfs (the runtime would fail the container), so it is left out.
   NVSwitches go along with *all* GPUs.
+* with ``NodeView.sys_devices`` (``--nri-sys-devices``, off by default),
+  the real links instead (``_sys_devices_mounts``): a tmpfs over
+  ``/sys/devices`` holding a bind of every directory of the node's own
+  ``/sys/devices`` (read at the container's creation: ``NodeDevices``),
+  and, for each staged PCI root a visible device sits under, a tmpfs over
+  the root holding the chains down to the visible devices (the switch port
+  directory and everything below it, from the staged tree) beside the
+  node's own entries of that root, if the node has it; ``/sys/bus/pci/devices``
+  is then an overlay of the per-function link directories
+  (``pci_links``), so each visible device and its port is a link
+  ``../../../devices/pci…/<bdf>`` as on a real node.
 * the engine config: the config directory at its own path with
   ``MOCK_NVML_CONFIG`` naming the file (as Mokka's CDI spec does), the
   directory again beside each ``libnvidia-ml.so*`` mount the container
@@ -67,12 +78,15 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from mokka.simulators.nri.model import Adjustment, Container, Device, Mount
+from mokka.simulators.nri.pci_links import EMPTY, link_dir
 
 __all__ = [
     "ANNOTATION",
     "ENGINE_CONFIG_ENV",
     "GpuView",
+    "NodeDevices",
     "NodeView",
+    "SysDevices",
     "adjustment",
     "visible_gpus",
 ]
@@ -104,6 +118,14 @@ NVML_SONAME = "libnvidia-ml.so.1"
 MAX_ITEMS = 1024
 MAX_VALUE = 64 * 1024
 
+#: Longest ``lowerdir=`` option of the bus overlay: the kernel takes a
+#: mount's options in one page (4096 bytes), the other options included.
+#: Past it (dozens of functions under a long ``--nri-mount-root``) the bus
+#: gets directories instead of links, as with the option off.
+MAX_OVERLAY_OPTION = 3072
+#: What the overlay's ``lowerdir`` cannot carry in a layer's path.
+_OVERLAY_SPECIAL = frozenset(":,\\")
+
 _RO = ("rbind", "ro", "nosuid", "nodev")
 _TMPFS = ("nosuid", "nodev", "noexec", "mode=755")
 _ALL = "all"
@@ -122,6 +144,29 @@ class GpuView:
     numa_node: int
     #: below the sysfs root: ``devices/<root>/[<bridge>/]<bdf>``
     sysfs_path: str
+
+
+@attrs.frozen(kw_only=True)
+class SysDevices:
+    """``--nri-sys-devices``: what a container's own ``/sys/devices`` is made of."""
+
+    #: the node's sysfs as containerd sees it (the sources of its entries)
+    node_sysfs: str
+    #: the staged per-function link directories (``pci_links.PCI_LINKS``), as
+    #: containerd sees them
+    links: str
+    #: the ``pci<domain>:<bus>`` roots of the staged tree (those whose node
+    #: entries ``NodeDevices.roots`` lists, where the node has them too)
+    roots: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class NodeDevices:
+    """The directories of the node's own ``/sys/devices``, read at a container's creation."""
+
+    entries: tuple[str, ...] = ()
+    #: the directories of each staged root the node has too, by root
+    roots: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -158,20 +203,28 @@ class NodeView:
     dmi: str | None = None
     ambient: bool = False
     proc_mounts: bool = False
+    #: ``--nri-sys-devices``; None: off (the bus holds directories, see above)
+    sys_devices: SysDevices | None = None
 
     def by_index(self) -> dict[str, GpuView]:
         return {str(g.index): g for g in self.gpus}
 
 
-def adjustment(container: Container, node: NodeView) -> Adjustment:
-    """What ``container`` gets on this node (see the module docstring); never raises."""
+def adjustment(
+    container: Container, node: NodeView, devices: NodeDevices | None = None
+) -> Adjustment:
+    """What ``container`` gets on this node (see the module docstring); never raises.
+
+    ``devices``: the node's ``/sys/devices`` now, for ``node.sys_devices``;
+    without it the bus holds directories, as with the option off.
+    """
     try:
-        return _adjustment(container, node)
+        return _adjustment(container, node, devices)
     except Exception:  # a policy bug must not fail a container creation
         return Adjustment()
 
 
-def _adjustment(container: Container, node: NodeView) -> Adjustment:
+def _adjustment(container: Container, node: NodeView, devices: NodeDevices | None) -> Adjustment:
     choice = _annotation(container)
     if choice == "off":
         return Adjustment()
@@ -181,7 +234,7 @@ def _adjustment(container: Container, node: NodeView) -> Adjustment:
         return Adjustment()
     mounts: list[Mount] = []
     if gpus:
-        mounts += _gpu_mounts(gpus, node, every=len(gpus) == len(node.gpus))
+        mounts += _gpu_mounts(gpus, node, devices, every=len(gpus) == len(node.gpus))
     if ambient:
         mounts += _tool_mounts(node)
     if node.dmi is not None:
@@ -326,11 +379,30 @@ def _tmpfs(destination: str) -> Mount:
     return Mount(destination=destination, source="tmpfs", type="tmpfs", options=_TMPFS)
 
 
-def _gpu_mounts(gpus: tuple[GpuView, ...], node: NodeView, *, every: bool) -> list[Mount]:
+def _gpu_mounts(
+    gpus: tuple[GpuView, ...], node: NodeView, devices: NodeDevices | None, *, every: bool
+) -> list[Mount]:
     """sysfs entries of ``gpus`` (and the switches with all GPUs), proc files, topology."""
     paths = [(g.bdf, g.sysfs_path) for g in gpus]
     if every:
         paths += [(p.rpartition("/")[2], p) for p in node.switches]
+    mounts: list[Mount] | None = None
+    if node.sys_devices is not None and devices is not None:
+        mounts = _sys_devices_mounts(paths, node, node.sys_devices, devices)
+    if mounts is None:
+        mounts = _bus_directories(paths, node)
+    if node.proc_mounts and node.proc_driver is not None:
+        mounts.append(_bind(node.proc_driver, "/proc/driver/nvidia"))
+    if node.proc_mounts and node.imex_proc_devices is not None:
+        mounts.append(_bind(node.imex_proc_devices, "/proc/devices"))
+    if node.topology is not None:
+        host_path, container_path = node.topology
+        mounts.append(_bind(host_path, container_path))
+    return mounts
+
+
+def _bus_directories(paths: list[tuple[str, str]], node: NodeView) -> list[Mount]:
+    """The bus as directories, and the real paths under the roots the node has."""
     mounts = [_tmpfs("/sys/bus/pci/devices")]
     mounts += [_bind(f"{node.sys_root}/{path}", f"/sys/bus/pci/devices/{bdf}")
                for bdf, path in paths]
@@ -343,13 +415,45 @@ def _gpu_mounts(gpus: tuple[GpuView, ...], node: NodeView, *, every: bool) -> li
     for root, members in roots.items():
         mounts.append(_tmpfs(f"/sys/devices/{root}"))
         mounts += [_bind(f"{node.sys_root}/{path}", f"/sys/{path}") for path in members]
-    if node.proc_mounts and node.proc_driver is not None:
-        mounts.append(_bind(node.proc_driver, "/proc/driver/nvidia"))
-    if node.proc_mounts and node.imex_proc_devices is not None:
-        mounts.append(_bind(node.imex_proc_devices, "/proc/devices"))
-    if node.topology is not None:
-        host_path, container_path = node.topology
-        mounts.append(_bind(host_path, container_path))
+    return mounts
+
+
+def _sys_devices_mounts(
+    paths: list[tuple[str, str]], node: NodeView, own: SysDevices, devices: NodeDevices
+) -> list[Mount] | None:
+    """A ``/sys/devices`` of the container's own and the bus as links (module docstring).
+
+    The chain of a device is the top directory below its root (its switch
+    port, or the device itself where it hangs off the root), bound whole:
+    a device sharing its port's bus with a visible one comes along.  None
+    where the overlay's option would be too long or cannot name a layer.
+    """
+    chains: dict[str, dict[str, None]] = {}
+    on_bus: dict[str, None] = {}
+    for bdf, path in paths:
+        parts = path.split("/")
+        if len(parts) < 3 or parts[0] != "devices":
+            continue
+        chains.setdefault(parts[1], {})[parts[2]] = None
+        if len(parts) > 3:
+            on_bus[parts[2]] = None  # the port above it, on the bus as on a real node
+        on_bus[bdf] = None
+    layers = [f"{own.links}/{link_dir(bdf)}" for bdf in sorted(on_bus)]
+    layers.append(f"{own.links}/{EMPTY}")
+    option = "lowerdir=" + ":".join(layers)
+    if len(option) > MAX_OVERLAY_OPTION or any(_OVERLAY_SPECIAL & set(x) for x in layers):
+        return None
+    mounts = [_tmpfs("/sys/devices")]
+    mounts += [_bind(f"{own.node_sysfs}/devices/{name}", f"/sys/devices/{name}")
+               for name in devices.entries if name not in chains]
+    for root, tops in chains.items():
+        mounts.append(_tmpfs(f"/sys/devices/{root}"))
+        mounts += [_bind(f"{own.node_sysfs}/devices/{root}/{name}", f"/sys/devices/{root}/{name}")
+                   for name in devices.roots.get(root, ()) if name not in tops]
+        mounts += [_bind(f"{node.sys_root}/devices/{root}/{top}", f"/sys/devices/{root}/{top}")
+                   for top in tops]
+    mounts.append(Mount(destination="/sys/bus/pci/devices", source="overlay", type="overlay",
+                        options=("ro", "nosuid", "nodev", "noexec", option)))
     return mounts
 
 

@@ -45,6 +45,12 @@ class NriSettings:
     #: overlay.  Off by default: runc refuses any mount inside ``/proc`` (but
     #: a few lxcfs files) and would fail the container.
     proc_mounts: bool = False
+    #: Give containers that see mock GPUs a ``/sys/devices`` of their own (the
+    #: node's entries and the staged PCI roots of their devices) and the bus
+    #: as links into it, so a device's ``/sys/devices/pci…`` path resolves.
+    #: Off by default: the node's ``virtual/net`` then stands for the
+    #: container's, among other caveats (docs/nri.md).
+    sys_devices: bool = False
     #: containerd's NRI socket, as a path of the daemon's own filesystem
     #: (the chart mounts its directory at the same path).  ``None``: the cri
     #: simulator's ``--nri-socket`` under the node root.
@@ -56,7 +62,9 @@ class NriSettings:
     #: (the chart's ``/host``); a local run with its own containerd passes
     #: the node root itself.
     mount_root: str = "/"
-    #: Directory standing for the node's real sysfs (which PCI roots exist).
+    #: The node's real sysfs (which PCI roots exist; with ``sys_devices``
+    #: also the source of its ``/sys/devices`` entries, a path containerd
+    #: sees alike: the chart's pod and the host both have it at ``/sys``).
     sysfs: Path = attrs.field(default=Path("/sys"), converter=Path)
     #: The connection to run; ``None``: ``connection.run_plugin`` (tests
     #: inject a fake here).
@@ -91,6 +99,7 @@ class NriSettings:
             enabled=args.nri_plugin == "on",
             ambient=args.nri_ambient == "on",
             proc_mounts=args.nri_proc_mounts == "on",
+            sys_devices=args.nri_sys_devices == "on",
             socket=args.nri_plugin_socket or None,
             node_socket=getattr(args, "nri_socket", cls.node_socket),
             mount_root=args.nri_mount_root,
@@ -110,6 +119,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--nri-proc-mounts", choices=ON_OFF, default="off", help=(
         "also mount /proc/driver/nvidia and /proc/devices (runc refuses mounts inside "
         "/proc; default: %(default)s)"))
+    group.add_argument("--nri-sys-devices", choices=ON_OFF, default="off", help=(
+        "give containers seeing mock GPUs their own /sys/devices with the GPUs' staged "
+        "PCI roots, so /sys/bus/pci/devices/<bdf> links resolve; see docs/nri.md for "
+        "its caveats (default: %(default)s)"))
     group.add_argument("--nri-plugin-socket", default="", metavar="PATH", help=(
         "the NRI socket in the daemon's filesystem (default: --nri-socket under the "
         "node root)"))

@@ -1,8 +1,10 @@
 """The nri simulator: Mokka's NRI plugin as a ``Daemon`` of the node daemon.
 
-* ``stage`` only validates: the view of the state must be buildable (the
-  PCI plan); everything the plugin mounts is staged by other simulators.
-  ``discard`` has nothing to remove.
+* ``stage`` validates (the view of the state must be buildable: the PCI
+  plan); everything the plugin mounts is staged by other simulators, but
+  for ``--nri-sys-devices``'s link directories (``pci_links``), which it
+  converges under its own owner (nothing at all with the option off).
+  ``discard`` removes those.
 * ``run`` builds the ``NodeView`` of its start state, then runs the
   connection (``connection.run_plugin``), which registers with containerd
   over the NRI socket, re-registers after containerd restarts, and calls
@@ -34,11 +36,12 @@ import trio
 
 from mokka.noderoot import Host
 from mokka.simulators.base import Readiness
-from mokka.simulators.nri import connection
+from mokka.simulators.nri import connection, pci_links
 from mokka.simulators.nri.inject import NodeView, adjustment
 from mokka.simulators.nri.model import Adjustment, Container
 from mokka.simulators.nri.settings import PLUGIN_INDEX, PLUGIN_NAME, NriSettings
-from mokka.simulators.nri.view import build_view, plan_gpus
+from mokka.simulators.nri.view import build_view, plan_gpus, read_node_devices
+from mokka.simulators.pcibus.hierarchy import plan_tree
 from mokka.state.model import State
 
 logger = logging.getLogger(__name__)
@@ -69,12 +72,19 @@ class NriSimulator:
     # ---- Simulator -----------------------------------------------------
 
     async def stage(self, host: Host, state: State) -> None:
-        """Validate only: the GPUs' sysfs paths must be plannable (``SpecError`` if not)."""
+        """The GPUs' sysfs paths must be plannable (``SpecError`` if not); the link
+        directories converge (none with ``--nri-sys-devices`` off)."""
         plan_gpus(state)
+        artifacts = []
+        if self.settings.enabled and self.settings.sys_devices:
+            artifacts = pci_links.link_artifacts(plan_tree(state, fallback_cpus=1))
+        # With none, an owner without bookkeeping writes nothing at all.
+        await trio.to_thread.run_sync(host.converge, pci_links.OWNER, artifacts)
         self._staged = True
 
     async def discard(self, host: Host) -> None:
-        """Nothing staged, nothing to remove."""
+        """Remove the link directories, if any were staged."""
+        await trio.to_thread.run_sync(host.discard, pci_links.OWNER)
         self._staged = False
 
     @property
@@ -154,7 +164,13 @@ class NriSimulator:
         view = self.view
         if view is None:
             return Adjustment()
-        result = adjustment(container, view)
+        devices = None
+        if view.sys_devices is not None:
+            # Read now, not with the view: a bind of an entry gone since would
+            # fail the container.  An OSError reaches the connection, which
+            # answers empty and counts it for readiness.
+            devices = read_node_devices(self.settings.sysfs, view.sys_devices.roots)
+        result = adjustment(container, view, devices)
         self.decided += 1
         if result:
             self.injected += 1

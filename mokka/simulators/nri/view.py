@@ -7,19 +7,28 @@ the topology document, the driver's ``/proc`` files, the board's DMI
 directory) are looked up on the node: other simulators stage them or not by
 their own flags, and a mount of a missing source would fail the container.
 Blocking (``lstat``, ``listdir``): run it in a thread.
+
+``read_node_devices`` reads the node's own ``/sys/devices`` for
+``--nri-sys-devices``, at each container's creation: an entry gone since a
+view was built would make a bind without a source, which fails the
+container.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
+from collections.abc import Iterable
+from pathlib import Path
 
 from mokka import layout
 from mokka.errors import HostPathError
 from mokka.noderoot import Host
 from mokka.simulators.gpudriver.binaries import NVIDIA_SMI, NVML_SONAME
 from mokka.simulators.gpudriver.nvml_socket import SOCKET
-from mokka.simulators.nri.inject import DMI_DIR, GpuView, NodeView
+from mokka.simulators.nri.inject import DMI_DIR, GpuView, NodeDevices, NodeView, SysDevices
+from mokka.simulators.nri.pci_links import PCI_LINKS
 from mokka.simulators.nri.settings import NriSettings
 from mokka.simulators.pcibus.hierarchy import plan_tree
 from mokka.state.model import State
@@ -28,6 +37,10 @@ from mokka.state.model import State
 #: the kernel's own directory, then the class link's path (a directory or a
 #: link into the tree).
 STAGED_DMI = (f"{layout.SYS_ROOT}/devices/virtual/dmi/id", f"{layout.SYS_ROOT}/class/dmi/id")
+#: Directories of one node directory ``read_node_devices`` takes, in name
+#: order; the rest are left out.  A node's ``/sys/devices`` has about 15, a
+#: PCI root a few dozen: each is one mount of every adjusted container.
+MAX_NODE_ENTRIES = 256
 
 
 def plan_gpus(state: State) -> tuple[tuple[GpuView, ...], tuple[str, ...]]:
@@ -59,6 +72,11 @@ def build_view(state: State, host: Host, settings: NriSettings) -> NodeView:
         return src(node_path) if stat.S_IFMT(st.st_mode) == kind else None
 
     topology = present(layout.TOPOLOGY_OVERLAY, stat.S_IFREG)
+    sys_devices = None
+    if settings.sys_devices:
+        roots = {path.split("/")[1] for path in (*(g.sysfs_path for g in gpus), *switches)}
+        sys_devices = SysDevices(node_sysfs=str(settings.sysfs), links=src(PCI_LINKS),
+                                 roots=frozenset(roots))
     dmi = None
     if (settings.sysfs / DMI_DIR.removeprefix("/sys/")).is_dir():
         dmi = next(filter(None, (present(p, stat.S_IFDIR) for p in STAGED_DMI)), None)
@@ -80,7 +98,26 @@ def build_view(state: State, host: Host, settings: NriSettings) -> NodeView:
         dmi=dmi,
         ambient=settings.ambient,
         proc_mounts=settings.proc_mounts,
+        sys_devices=sys_devices,
     )
+
+
+def read_node_devices(sysfs: Path, roots: Iterable[str]) -> NodeDevices:
+    """The directories of ``sysfs/devices``, and of each of ``roots`` found there.
+
+    Raises ``OSError`` where ``sysfs/devices`` cannot be read: the plugin
+    then answers the container empty and ``/readyz`` says why.
+    """
+    entries = _directories(sysfs / "devices")
+    shared = {root: _directories(sysfs / "devices" / root) for root in roots if root in entries}
+    return NodeDevices(entries=entries, roots=shared)
+
+
+def _directories(path: Path) -> tuple[str, ...]:
+    """Names of the directories in ``path`` (not links), at most ``MAX_NODE_ENTRIES``."""
+    with os.scandir(path) as it:
+        names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    return tuple(itertools.islice(names, MAX_NODE_ENTRIES))
 
 
 def _pci_roots(settings: NriSettings) -> frozenset[str]:
