@@ -318,6 +318,19 @@ RUN: dict[str, Run] = {
         why="a node path: under the daemon's node root",
         shows="CA 'mlx5_0'",
     ),
+    "lspci -A linux-sysfs -O sysfs.path=/var/lib/nvml-mock/sys/bus/pci -nn -vv -t": Run(
+        rewrite=(("/var/lib/nvml-mock", "./mokka-node/var/lib/nvml-mock"),),
+        why="a node path: under the daemon's node root",
+        shows="NVIDIA Corporation",
+    ),
+    "LD_PRELOAD=/var/lib/nvml-mock/driver/usr/local/lib/libmockfs.so "
+    "MOKKA_MOCKFS_ROOT=/var/lib/nvml-mock lspci -vv": Run(
+        rewrite=(("LD_PRELOAD=/var/lib/nvml-mock", "LD_PRELOAD=./mokka-node/var/lib/nvml-mock"),
+                 ("MOKKA_MOCKFS_ROOT=/var/lib/nvml-mock",
+                  "MOKKA_MOCKFS_ROOT=$PWD/mokka-node/var/lib/nvml-mock")),
+        why="node paths: under the daemon's node root (the shim's root absolute)",
+        shows="3D controller: NVIDIA Corporation",
+    ),
     "/var/lib/nvml-mock/driver/usr/bin/ibstat -l": Run(
         rewrite=(("/var/lib/nvml-mock", "./mokka-node/var/lib/nvml-mock"),),
         why="a node path: under the daemon's node root",
