@@ -13,6 +13,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import yaml
 from mokka import layout
 from mokka.simulators.gpudriver import mig_caps
 from mokka.state import mig_profiles
+from tests.support import real_nvidia_smi
 from tests.test_nvml_mig import _with_daemon
 from tests.test_nvml_setters import SMI_TIMEOUT, Node, field, ok, open_dir
 
@@ -285,3 +287,116 @@ def test_a_hand_written_layout_never_breaks_the_node(
     names = {d["name"] for d in specs[cdi.SPEC_PATH]["devices"]}
     assert ("0:0" in names) == bool(expected)
     assert "0:1" not in names
+
+
+MIG_VIEW_SCRIPT = """
+import json, sys, pynvml
+pynvml.nvmlInit()
+def text(value):
+    return value.decode() if isinstance(value, bytes) else value
+view = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    gpu = pynvml.nvmlDeviceGetHandleByIndex(i)
+    most = pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu)
+    migs = []
+    for m in range(most + 1):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, m)
+        except pynvml.NVMLError_NotFound:
+            break
+        migs.append([text(pynvml.nvmlDeviceGetUUID(mig)), pynvml.nvmlDeviceGetIndex(mig)])
+    view.append({"uuid": text(pynvml.nvmlDeviceGetUUID(gpu)), "max": most, "migs": migs})
+def found(uuid):
+    try:
+        pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        return True
+    except pynvml.NVMLError_NotFound:
+        return False
+print(json.dumps({"gpus": view, "found": [found(u) for u in json.loads(sys.argv[1])]}))
+"""
+
+
+def test_a_process_sees_only_the_mig_devices_whose_capability_nodes_it_has(
+    native: Path, tmp_path: Path
+) -> None:
+    """The GPU rule, by capability nodes: a ``/dev`` holding the two
+    ``nvidia-cap`` nodes of some but not all of a GPU's MIG devices enumerates
+    only those, numbered from 0; all or none of them (the host) is no filter.
+    The maximum stays the board's, and a hidden device's UUID is not found."""
+    from mokka.state.compile import compile_profile
+    from tests.nvml_support import nvml_env, run_script, write_config
+
+    state = compile_profile(_declaring_profile(tmp_path, ["3g.40gb", "2x2g.20gb"], gpus=2),
+                            node_name="worker-1")
+    config = write_config(tmp_path / "root", state)
+    devices = {gpu.index: mig_caps.mig_devices(gpu) for gpu in state.gpus[:2]}
+    # NVML's order, by placement: the 3g instance (id 2), then the 2g ones (3, 4)
+    assert [(d.gi, d.ci) for d in devices[0]] == [(2, 0), (3, 0), (4, 0)]
+    every_uuid = [d.uuid for gpu in (0, 1) for d in devices[gpu]]
+    most = state.gpu(0).fields["mig"]["max_gpu_instances"]
+
+    def view(*nodes: str) -> dict:
+        dev = tmp_path / f"dev-{len(list(tmp_path.glob('dev-*')))}"
+        (dev / "nvidia-caps").mkdir(parents=True)
+        for name in nodes:
+            (dev / name).touch()
+        return run_script(native, config, MIG_VIEW_SCRIPT, json.dumps(every_uuid),
+                          MOCK_NVML_DEV_DIR=str(dev))
+
+    def caps(device: mig_caps.MigDevice) -> list[str]:
+        return [f"nvidia-caps/nvidia-cap{device.gi_cap.minor}",
+                f"nvidia-caps/nvidia-cap{device.ci_cap.minor}"]
+
+    # A container given GPU 0's second MIG device: its GPU, and that device alone.
+    chosen = devices[0][1]
+    got = view("nvidia0", *caps(chosen))
+    assert got["gpus"] == [{"uuid": state.gpu(0).uuid, "max": most, "migs": [[chosen.uuid, 0]]}]
+    assert got["found"] == [uuid == chosen.uuid for uuid in every_uuid]
+    # Both nodes are needed: a GPU instance's node without its compute
+    # instance's does not make a device visible.
+    got = view("nvidia0", *caps(chosen), caps(devices[0][2])[0])
+    assert got["gpus"][0]["migs"] == [[chosen.uuid, 0]]
+    # Two GPUs: all of GPU 0's devices (no filter) and one of GPU 1's.
+    got = view("nvidia0", "nvidia1", *(c for d in devices[0] for c in caps(d)),
+               *caps(devices[1][2]))
+    assert [[uuid for uuid, _ in gpu["migs"]] for gpu in got["gpus"]] == [
+        [d.uuid for d in devices[0]], [devices[1][2].uuid]]
+    assert [index for _, index in got["gpus"][0]["migs"]] == [0, 1, 2]
+    # No capability node at all, as on the host: every MIG device.
+    got = view()
+    assert [len(gpu["migs"]) for gpu in got["gpus"]] == [3, 3, 0, 0, 0, 0, 0, 0]
+    assert all(got["found"])
+
+    # The real nvidia-smi in the one-device view lists that device alone.
+    dev = tmp_path / "dev-smi"
+    (dev / "nvidia-caps").mkdir(parents=True)
+    for name in ["nvidia0", *caps(chosen)]:
+        (dev / name).touch()
+    listing = subprocess.run(
+        [str(real_nvidia_smi()), "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT,
+        env=nvml_env(native, config, MOCK_NVML_DEV_DIR=str(dev)), check=False,
+    )
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    lines = listing.stdout.strip().splitlines()
+    assert len(lines) == 2, listing.stdout
+    assert state.gpu(0).uuid in lines[0]
+    assert re.fullmatch(rf"\s+MIG 2g\.20gb\s+Device\s+0: \(UUID: {chosen.uuid}\)", lines[1])
+
+
+def test_an_instance_named_twice_gives_its_capability_minors_once(tmp_path: Path) -> None:
+    """A hand-written layout that repeats an instance still renders each
+    ``mig.caps`` key once: a repeated key would make the library refuse the
+    whole engine config."""
+    from mokka.simulators.gpudriver.engine_config import render_engine_config
+    from mokka.state.compile import compile_profile
+
+    instance = {"id": 8, "profile": 19, "start": 1,
+                "compute": [{"id": 0, "slices": 1, "start": 0}]}
+    overrides = tmp_path / "overrides.yaml"
+    overrides.write_text(yaml.safe_dump({"version": 1, "devices": {"0": {"mig": {
+        "mode_current": "enabled", "instances": [instance, instance]}}}}))
+    config = render_engine_config(compile_profile("h100", node_name="worker-1",
+                                                  overrides=overrides))
+    caps = [line for line in config.splitlines() if line.startswith("device.0.mig.caps.")]
+    assert caps == [f"device.0.mig.caps.gi8.access: {mig_caps.gi_minor(0, 8)}",
+                    f"device.0.mig.caps.gi8.ci0.access: {mig_caps.ci_minor(0, 8, 0)}"]

@@ -7,7 +7,9 @@
  * nodes the process can see, the way a pod given one GPU sees one: when some
  * but not all are present, only those devices are enumerated (and numbered
  * from 0); when all or none are present, nothing is filtered.
- * MOCK_NVML_DEV_DIR points the check at another directory (tests).
+ * MOCK_NVML_DEV_DIR points the check at another directory (tests).  A GPU's
+ * MIG devices follow the same rule by their capability nodes
+ * (mig_devices.c).
  *
  * Identity is what names a board (name, UUID, serial, ids, brand,
  * architecture, compute capability); most of these calls still answer for
@@ -22,7 +24,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "mock.h"
+#include "mig.h"
 
 struct nvmlDevice_st mock_handles[MOCK_MAX_DEVICES];
 
@@ -31,20 +33,27 @@ nvmlDevice_t mock_handle(unsigned pos)
     return pos < MOCK_MAX_DEVICES ? &mock_handles[pos] : NULL;
 }
 
-void mock_compute_visibility(struct mock_config *cfg)
+int mock_dev_node_present(const char *name)
 {
     const char *dir = getenv("MOCK_NVML_DEV_DIR");
     if (dir == NULL || *dir == '\0')
         dir = "/dev";
+    char path[4200];
+    struct stat st;
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    return n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0;
+}
+
+void mock_compute_visibility(struct mock_config *cfg)
+{
     int present[MOCK_MAX_DEVICES] = {0};
     unsigned npresent = 0;
     for (unsigned pos = 0; pos < cfg->device_count; pos++) {
         unsigned minor = pos;
         mock_dev_uint(cfg, pos, "minor", &minor);
-        char path[4200];
-        struct stat st;
-        int n = snprintf(path, sizeof path, "%s/nvidia%u", dir, minor);
-        if (n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0) {
+        char name[32];
+        snprintf(name, sizeof name, "nvidia%u", minor);
+        if (mock_dev_node_present(name)) {
             present[pos] = 1;
             npresent++;
         }

@@ -74,13 +74,17 @@ static void read_layout(const struct mock_config *cfg, unsigned pos, struct layo
             continue;
         unsigned nci = 0;
         LAYOUT_UINT(&nci, "mig.instances.%u.compute.count", i);
+        LAYOUT_UINT(&g->cap_minor, "mig.caps.gi%u.access", g->id);
         for (unsigned j = 0; j < nci && g->nci < MAX_CI; j++) {
             struct ci_state *c = &g->ci[g->nci];
+            c->cap_minor = 0;
             if (LAYOUT_UINT(&c->id, "mig.instances.%u.compute.%u.id", i, j) &&
                 LAYOUT_UINT(&c->slices, "mig.instances.%u.compute.%u.slices", i, j) &&
                 LAYOUT_UINT(&c->start, "mig.instances.%u.compute.%u.start", i, j) &&
-                c->id < MAX_CI)
+                c->id < MAX_CI) {
+                LAYOUT_UINT(&c->cap_minor, "mig.caps.gi%u.ci%u.access", g->id, c->id);
                 g->nci++;
+            }
         }
 #undef LAYOUT_UINT
         out->ngi++;

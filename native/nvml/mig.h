@@ -71,11 +71,14 @@ struct nvmlComputeInstance_st {
     unsigned pos, gi, id;
 };
 
+/* cap_minor: the minor of the instance's /dev/nvidia-caps node, as the
+ * daemon renders it (`mig.caps.gi<I>[.ci<C>].access`, mig_caps.py's
+ * numbering); 0 when the config names none. */
 struct ci_state {
-    unsigned id, slices, start;
+    unsigned id, slices, start, cap_minor;
 };
 struct gi_state {
-    unsigned id, profile, start, nci;
+    unsigned id, profile, start, nci, cap_minor;
     struct ci_state ci[MAX_CI];
 };
 struct layout {
@@ -118,6 +121,13 @@ static inline nvmlReturn_t mock_mig_ci_for(nvmlComputeInstance_t handle, const v
 {
     return out == NULL ? NVML_ERROR_INVALID_ARGUMENT : mock_mig_resolve_ci(handle, v);
 }
+
+/* ----------------------------------------------------------- devices.c */
+
+/* Whether the device node `name` (relative to /dev, or to
+ * MOCK_NVML_DEV_DIR) exists for this process: what decides which GPUs and
+ * MIG devices it may see. */
+int mock_dev_node_present(const char *name);
 
 /* Whether the ranges [a, a + a_size) and [b, b + b_size) meet. */
 static inline int mock_mig_overlaps(unsigned a, unsigned a_size, unsigned b, unsigned b_size)

@@ -9,7 +9,9 @@
  * device's UUID and name through mock_mig_uuid and mock_mig_name; the
  * getters that answer a MIG device for its own instance (memory,
  * utilization, processes) ask mock_mig_info what it stands for, and
- * mock_mig_by_uuid finds one by its MIG- UUID.
+ * mock_mig_by_uuid finds one by its MIG- UUID.  A process sees the MIG
+ * devices whose capability nodes it has, as it sees GPUs by their nodes
+ * (mig_visibility).
  */
 #include <stdio.h>
 #include <stdint.h>
@@ -32,6 +34,53 @@ int mock_mig_device(nvmlDevice_t device, unsigned *pos, unsigned *gi, unsigned *
     return 1;
 }
 
+/* ------------------------------------------------------------- visibility */
+
+/* Whether this process has the capability node of `minor` (0: none named). */
+static int cap_present(unsigned minor)
+{
+    char name[48];
+    snprintf(name, sizeof name, "nvidia-caps/nvidia-cap%u", minor);
+    return minor != 0 && mock_dev_node_present(name);
+}
+
+/* Which of the layout's MIG devices this process sees, in NVML's order
+ * (shown[n] for the n-th): the GPU rule of devices.c, by capability nodes.
+ * A container given one MIG device has its GPU's node and that device's
+ * two capability nodes; when some but not all of the GPU's MIG devices
+ * have both, only those are enumerated (numbered from 0), and when all or
+ * none do (the host, whose /dev holds no nvidia-caps), every one is. */
+static void mig_visibility(const struct layout *l, unsigned char shown[MAX_GI * MAX_CI])
+{
+    /* one stat for the host's usual case: no capability nodes at all */
+    int any = mock_dev_node_present("nvidia-caps");
+    unsigned n = 0, npresent = 0;
+    for (unsigned i = 0; i < l->ngi; i++) {
+        for (unsigned j = 0; j < l->gi[i].nci; j++, n++) {
+            shown[n] = any && cap_present(l->gi[i].cap_minor) &&
+                       cap_present(l->gi[i].ci[j].cap_minor);
+            npresent += shown[n];
+        }
+    }
+    if (npresent == 0 || npresent == n)
+        memset(shown, 1, n);
+}
+
+/* The place of compute instance `ci` of GPU instance `gi` (the layout's own
+ * pointers) among the MIG devices this process sees. */
+static unsigned visible_index(const struct layout *l, const struct gi_state *gi,
+                              const struct ci_state *ci)
+{
+    unsigned char shown[MAX_GI * MAX_CI];
+    mig_visibility(l, shown);
+    unsigned flat = (unsigned)(ci - gi->ci), index = 0;
+    for (const struct gi_state *g = l->gi; g < gi; g++)
+        flat += g->nci;
+    for (unsigned n = 0; n < flat; n++)
+        index += shown[n];
+    return index;
+}
+
 /* 1 when `device` is a MIG device handle, with its GPU's position and in
  * *r whether its compute instance is in the layout now (v). */
 static int resolve_mig(nvmlDevice_t device, unsigned *pos, struct mig_view *v, nvmlReturn_t *r)
@@ -52,13 +101,9 @@ int mock_mig_info(nvmlDevice_t device, struct mock_mig_info *out, nvmlReturn_t *
     if (*r != NVML_SUCCESS)
         return 1;
     /* The index nvmlDeviceGetMigDeviceHandleByIndex hands this handle out
-     * at: its place in the layout's order of compute instances. */
-    unsigned index = 0;
-    for (struct gi_state *g = v.l.gi; g < v.gi; g++)
-        index += g->nci;
-    index += (unsigned)(v.ci - v.gi->ci);
+     * at: its place among the MIG devices this process sees. */
     *out = (struct mock_mig_info){
-        .pos = pos, .index = index, .gi = v.gi->id, .ci = v.ci->id,
+        .pos = pos, .index = visible_index(&v.l, v.gi, v.ci), .gi = v.gi->id, .ci = v.ci->id,
         .gi_slices = v.p.slices, .ci_slices = v.ci->slices, .memory_slices = v.p.size,
         .memory_bytes = v.p.memory_mib << 20,
     };
@@ -93,10 +138,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, u
         return NVML_ERROR_NOT_FOUND;
     if (r != NVML_SUCCESS)
         return r;
-    unsigned n = 0;
+    unsigned char shown[MAX_GI * MAX_CI];
+    mig_visibility(&l, shown);
+    unsigned n = 0, seen = 0;
     for (unsigned i = 0; i < l.ngi; i++) {
         for (unsigned j = 0; j < l.gi[i].nci; j++, n++) {
-            if (n == index) {
+            if (shown[n] && seen++ == index) {
                 *migDevice = &mig_devices[pos][l.gi[i].id][l.gi[i].ci[j].id];
                 return NVML_SUCCESS;
             }

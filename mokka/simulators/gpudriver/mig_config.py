@@ -5,7 +5,10 @@ mode setter's activation status from ``device.<n>.mig.*``; the table
 itself is data in ``mokka.state.mig_profiles`` (the guide's), rendered
 here only for a GPU whose profile has a ``mig`` block (a MIG-capable
 board) and whose name the table knows.  So is the layout in force, a
-declared one checked against the table here.
+declared one checked against the table here, and the ``nvidia-cap`` minor
+of each of its instances as the driver numbers them (``mig_caps``): the
+library shows a process only the MIG devices whose capability nodes it
+can see, and takes the numbering from here rather than repeat it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from mokka.errors import SpecError
+from mokka.simulators.gpudriver import mig_caps
 from mokka.simulators.gpudriver.config_lines import flatten
 from mokka.state import mig_layout, mig_profiles
 from mokka.state.model import Gpu
@@ -34,6 +38,7 @@ def mig_entries(gpu: Gpu, profile_name: str) -> Iterator[tuple[str, Any]]:
         return
     yield from flatten({"mig": {"instances": mig_layout.current(gpu.name, mig)}},
                        where=f"gpu {gpu.index}")
+    yield from _cap_minors(gpu)
     yield "mig.reset_for_mode", "enabled" if table.reset_for_mode else "disabled"
     yield "mig.memory_slices", mig_profiles.MEMORY_SLICES
     yield "mig.gi_count", len(table.profiles)
@@ -65,3 +70,16 @@ def _check_declared(gpu: Gpu, profile_name: str, table: mig_profiles.MigBoard | 
         mig_layout.declared(table, mig["layout"])
     except mig_layout.LayoutRefusal as refusal:
         raise SpecError(f"{where}: {gpu.name}: {refusal.reason}") from None
+
+
+def _cap_minors(gpu: Gpu) -> Iterator[tuple[str, int]]:
+    """``mig.caps.gi<I>.access`` and ``mig.caps.gi<I>.ci<C>.access``: the minor
+    of each MIG device's two capability nodes, named as procfs names them."""
+    # Each key once: a GPU instance may hold several compute instances, and a
+    # hand-written layout may name an instance twice (a repeated key would
+    # make the whole config one the library refuses).
+    minors = {}
+    for device in mig_caps.mig_devices(gpu):
+        minors[f"mig.caps.gi{device.gi}.access"] = device.gi_cap.minor
+        minors[f"mig.caps.gi{device.gi}.ci{device.ci}.access"] = device.ci_cap.minor
+    yield from minors.items()
