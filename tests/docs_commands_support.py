@@ -447,6 +447,10 @@ NOT_RUN: dict[str, NotRun] = {
     "sha256sum nvidia-imex-linux-x86_64-580.105.08-archive.tar.xz": IMEX_ARCHIVE,
     "mokka daemon --profile gb200 --imex-archive-dir ./imex --imex-archive-sha256 "
     "\"$(sha256sum ./imex/nvidia-imex-*-archive.tar.xz | cut -d' ' -f1)\"": IMEX_ARCHIVE,
+    "podman run --rm --device nvidia.com/gpu=1:2 IMAGE nvidia-smi -L": NotRun(
+        "an image with nvidia-smi's libraries and a node with a MIG layout: "
+        "tests/test_mig_containers.py runs it with the image it builds"
+    ),
     "helm test mokka -n mokka-system": CLUSTER,
     "helm uninstall mokka -n mokka-system": CLUSTER,
     "helm uninstall nvdp -n nvidia-device-plugin": CLUSTER,

@@ -50,7 +50,6 @@ device.1.failure.probability: 0.5
 device.1.failure.seed: 7
 device.0.nvlink.link_count: 2
 device.0.nvlink.link.0.remote_type: "gpu"
-device.0.nvlink.link.0.remote_bus_id: "00000000:1b:00.0"
 device.0.nvlink.link.1.remote_type: "switch"
 device.0.fabric.state: "auto"
 device.0.cpu_affinity: "0-7,64-71"

@@ -119,10 +119,11 @@ async def test_stage_on_empty_root_gives_exactly_the_documented_tree(
         0o444,
         f"{DRIVER}\n".encode(),
     )
+    # the settings' default: the engine config asks for each GPU's idle signature
     assert tree[f"{drv}/config/config.yaml"] == (
         "file",
         0o644,
-        render_engine_config(state).encode(),
+        render_engine_config(state, idle_signature=True).encode(),
     )
     # Each batch is its own owner, so the batches could run concurrently.
     assert all(host.owned(owner) for owner in OWNERS)
@@ -485,6 +486,8 @@ def test_plugin_is_registered_and_builds_from_flags(tmp_path: Path) -> None:
             "bind",
             "--installed-nvidia-smi",
             str(tmp_path / "installed"),
+            "--idle-signature",
+            "off",
         ]
     )
     sim = PLUGIN.build(args)
@@ -497,12 +500,14 @@ def test_plugin_is_registered_and_builds_from_flags(tmp_path: Path) -> None:
         nvidia_smi_binary=tmp_path / "smi",
         installed_nvidia_smi=tmp_path / "installed",
         publish="bind",
+        idle_signature=False,
     )
     defaults = PLUGIN.build(parser.parse_args([])).settings
     assert defaults == GpuDriverSettings()
     assert defaults.nvidia_smi_binary == Path("/usr/local/lib/mokka/nvidia-smi")
     assert defaults.installed_nvidia_smi == Path("/usr/bin/nvidia-smi")
     assert (defaults.uvm_major, defaults.caps_major, defaults.publish) == (510, 236, "auto")
+    assert defaults.idle_signature is True  # a running node looks alive by default
 
 
 def test_invalid_settings_name_the_field_and_what_was_expected() -> None:
@@ -512,6 +517,8 @@ def test_invalid_settings_name_the_field_and_what_was_expected() -> None:
         GpuDriverSettings(caps_major=0)
     with pytest.raises(SpecError, match=r"publish: got 'mount', expected one of auto, bind, sym"):
         GpuDriverSettings(publish="mount")
+    with pytest.raises(SpecError, match=r"idle_signature: got 'on', expected true or false"):
+        GpuDriverSettings(idle_signature="on")
     # nvidia-uvm-tools (uvm:1) and nvidia-cap1 (caps:1) would be one device.
     with pytest.raises(SpecError, match=r"uvm_major and caps_major: both 236, expected two dis"):
         GpuDriverSettings(uvm_major=236)

@@ -142,6 +142,7 @@ def test_default_render_container(helm: Helm) -> None:
         "--workload-memory-share": "0.4",
         "--workload-utilization": "60",
         "--driver-publish": "auto",
+        "--idle-signature": "on",
         "--nfd-features-dir": "/etc/kubernetes/node-feature-discovery/features.d",
         "--container-runtime": "on",
         "--containerd-config-dir": "/etc/containerd/conf.d",
@@ -423,6 +424,7 @@ def test_everything_set(helm: Helm) -> None:
     assert rendered["--kmsg-style"] == "raw"
     assert rendered["--ib-mode"] == "full"
     assert rendered["--driver-publish"] == "symlink"
+    assert rendered["--idle-signature"] == "off"
     assert rendered["--nri-socket"] == "/run/nri/nri.sock"
     assert rendered["--nri-plugin-socket"] == "/run/nri/nri.sock"
     assert rendered["--nri-ambient"] == "on"

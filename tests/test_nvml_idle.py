@@ -79,7 +79,7 @@ def idle_config(where: Path, profile: str = "h100", node: str = "node-a", *,
                 signature: bool = True, state=None) -> Path:
     """The engine config of ``profile`` on node ``node``, asking for the idle signature."""
     state = state or compile_profile(profile, node_name=node)
-    text = render_engine_config(state) + ("idle_signature: true\n" if signature else "")
+    text = render_engine_config(state, idle_signature=signature)
     where.mkdir(parents=True, exist_ok=True)
     path = where / "config.yaml"
     path.write_text(text)

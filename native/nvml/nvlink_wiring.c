@@ -16,14 +16,6 @@
 
 #include "mock.h"
 
-/* The NVSwitch device ids the pcibus
- * simulator stages in sysfs for the node's switches
- * (mokka/simulators/pcibus/hierarchy.py, NVSWITCH_DEVICE_IDS): the
- * third-generation NVSwitch 22a3 on Hopper boards and on any board whose
- * generation has no public id, the A100 NVSwitch 1af1 on Ampere boards. */
-#define NVSWITCH_HOPPER 0x22a3u
-#define NVSWITCH_AMPERE 0x1af1u
-
 /* Baseboards whose split of a GPU's links over its NVSwitches is public,
  * by (switch count, links per GPU); the switches in the profile's order.
  * Any other board spreads a GPU's links as evenly as they go, in
@@ -102,17 +94,17 @@ int mock_nvlink_wired_switch(const struct mock_config *cfg, unsigned pos, unsign
 
 /* NVML's packed PCI id (device << 16 | vendor) of the node's NVSwitches,
  * for both pciDeviceId and pciSubSystemId: the pcibus simulator gives
- * them NVIDIA's vendor and their device id as subsystem ids too.  The
- * Hopper switch wins on a mixed node, as it does there. */
+ * them NVIDIA's vendor and their device id as subsystem ids too.  The id
+ * is the daemon's, the one it stages in sysfs (nvswitch_device_id in
+ * mokka/simulators/pcibus/hierarchy.py): every switch of a node has the
+ * same, so the first switch's answers.  0 when the engine config names
+ * none (a hand-written config). */
 unsigned mock_nvswitch_pci_id(const struct mock_config *cfg)
 {
-    int ampere = 0;
-    for (unsigned p = 0; p < cfg->device_count; p++) {
-        if (mock_dev_is(cfg, p, "architecture", "hopper"))
-            return NVSWITCH_HOPPER << 16 | NVIDIA_VENDOR;
-        ampere |= mock_dev_is(cfg, p, "architecture", "ampere");
-    }
-    return (ampere ? NVSWITCH_AMPERE : NVSWITCH_HOPPER) << 16 | NVIDIA_VENDOR;
+    unsigned long long id = 0;
+    if (!mock_cfg_u64(cfg, "nvlink.switch.0.pci_device_id", &id) || id == 0 || id > 0xffff)
+        return 0;
+    return (unsigned)id << 16 | NVIDIA_VENDOR;
 }
 
 /* ------------------------------------------------------- direct GPU meshes */

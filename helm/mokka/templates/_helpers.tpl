@@ -242,6 +242,7 @@ port-forward` (localhost) no longer reaches it.
 - {{ printf "--workload-memory-share=%v" $a.workload.memoryShare | quote }}
 - {{ printf "--workload-utilization=%v" $a.workload.utilization | quote }}
 - {{ printf "--driver-publish=%s" $a.driverPublish | quote }}
+- {{ printf "--idle-signature=%s" (include "mokka.onOff" $a.idleSignature) | quote }}
 - {{ printf "--nfd-features-dir=%s" $a.nfdFeaturesDir | quote }}
 - {{ printf "--container-runtime=%s" (include "mokka.onOff" $a.containerRuntime.enabled) | quote }}
 {{- if $a.containerRuntime.enabled }}

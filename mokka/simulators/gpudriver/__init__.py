@@ -121,7 +121,11 @@ def _plan(
         # our files: CDI bind-mounts it whole and override renames inside it
         # must stay visible in containers.
         Directory(layout.CONFIG_DIR),
-        File(layout.ENGINE_CONFIG, render_engine_config(state, blocks), CONFIG_MODE),
+        File(
+            layout.ENGINE_CONFIG,
+            render_engine_config(state, blocks, idle_signature=settings.idle_signature),
+            CONFIG_MODE,
+        ),
     ]
     return _Plan(
         batches={

@@ -12,8 +12,9 @@ subset of YAML, one ``dotted.key: value`` a line, chosen so that:
   mapping), which keeps it debuggable with ordinary tools.
 
 Everything the library needs is resolved here, not in C: canonical NVML bus
-ids, per-link NVLink remotes (but for the NVSwitch ports, which the library
-derives from the switch list as the baseboard wires them), NUMA node and CPU
+ids, what kind of thing each NVLink reaches (the library wires the switch
+ports and mesh peers from the switch list and the GPU positions, as the
+baseboard does), the NVSwitches' PCI ids, NUMA node and CPU
 list, the fabric identity with this node's clique folded in, failure
 injection and the pending Xids.  The
 function is pure: the gpudriver simulator stages its output atomically at
@@ -38,6 +39,7 @@ from mokka import layout
 from mokka.errors import SpecError
 from mokka.simulators.gpudriver.config_lines import flatten, format_line
 from mokka.simulators.gpudriver.mig_config import mig_entries
+from mokka.simulators.pcibus.hierarchy import nvswitch_device_id
 from mokka.state.model import Gpu, State
 
 logger = logging.getLogger(__name__)
@@ -143,7 +145,9 @@ def _same_shape(a: Any, b: Any) -> bool:
     return True
 
 
-def render_engine_config(state: State, blocks: DeviceBlocks | None = None) -> str:
+def render_engine_config(
+    state: State, blocks: DeviceBlocks | None = None, *, idle_signature: bool = False
+) -> str:
     """The engine config text for ``state`` (deterministic for equal states).
 
     Raises ``SpecError`` when a value cannot be represented (a newline in a
@@ -154,6 +158,9 @@ def render_engine_config(state: State, blocks: DeviceBlocks | None = None) -> st
     order is fixed so equal states give byte-equal files and a re-stage
     rewrites nothing.  ``blocks`` reuses the lines of GPUs unchanged since
     the last render (``DeviceBlocks``); the text is the same either way.
+    ``idle_signature`` writes the node-level ``idle_signature: true``, which
+    gives each idle GPU its own readings (docs/nvml.md, "Idle readings");
+    without it every idle reading is exactly the profile's figure.
     """
     if len(state.gpus) > MAX_DEVICES:
         raise SpecError(
@@ -168,6 +175,8 @@ def render_engine_config(state: State, blocks: DeviceBlocks | None = None) -> st
     entries.append(("paths.fabric_ready_marker", fabric_marker_relative_path()))
     entries.extend(_nvlink_entries(state))
     entries.extend(_xid_entries(state))
+    if idle_signature:
+        entries.append(("idle_signature", True))
     entries.append(("device_count", len(state.gpus)))
 
     lines = [
@@ -211,7 +220,9 @@ def _system_entries(state: State) -> Iterator[tuple[str, Any]]:
 
 
 def _nvlink_entries(state: State) -> Iterator[tuple[str, Any]]:
-    """Node-wide NVLink facts and the NVSwitches (bus ids in NVML's spelling)."""
+    """Node-wide NVLink facts and the NVSwitches: bus ids in NVML's spelling, and
+    the PCI device id the pcibus simulator gives them in sysfs
+    (``nvswitch_device_id``), which the library reports for a link's remote switch."""
     nvlink = state.nvlink
     if nvlink is None:
         yield "nvlink.links_per_gpu", 0
@@ -221,9 +232,11 @@ def _nvlink_entries(state: State) -> Iterator[tuple[str, Any]]:
     yield "nvlink.bandwidth_per_link_mbps", nvlink.bandwidth_per_link_mbps
     yield "nvlink.c2c_enabled", nvlink.c2c_enabled
     yield "nvlink.switch_count", len(nvlink.switches)
+    device_id = nvswitch_device_id(state)
     for i, switch in enumerate(nvlink.switches):
         yield f"nvlink.switch.{i}.bus_id", nvml_bus_id(switch.bdf)
         yield f"nvlink.switch.{i}.uuid", switch.uuid
+        yield f"nvlink.switch.{i}.pci_device_id", device_id
 
 
 def _xid_entries(state: State) -> Iterator[tuple[str, Any]]:
@@ -369,34 +382,29 @@ def _addressing_mode(state: State, gpu: Gpu) -> str:
 
 
 def _link_entries(state: State, gpu: Gpu) -> Iterator[tuple[str, Any]]:
-    """Per NVLink: what is at the far end, and its bus id when it is a PCI function here.
+    """Per NVLink: what kind of thing is at the far end, ``switch`` or ``gpu``.
 
     The library answers a query for a link at or past ``link_count`` with
-    NOT_SUPPORTED, feeds ``GetNvLinkRemotePciInfo`` from ``remote_bus_id``,
-    and counts the ``switch`` links for field 147 (``topo -m`` prints NV18
-    for 18 of them).  Links to the NVSwitches listed in ``nvlink.switch.*``
-    carry no bus id: the library wires those itself, each GPU's links in
-    blocks over the switches as the baseboard splits them, one peer per
-    switch port (``native/nvml/nvlink_wiring.c``, docs/nvml.md "NVLink").
+    NOT_SUPPORTED and counts the ``switch`` links for field 147 (``topo -m``
+    prints NV18 for 18 of them).  Which switch port or peer link each link
+    reaches is the library's to wire, from the switch list and the GPU
+    positions alone: each GPU's links in blocks over the switches as the
+    baseboard splits them, or over its peers as the direct mesh joins them
+    (``native/nvml/nvlink_wiring.c``, docs/nvml.md "NVLink"); so no link
+    carries the far end's bus id.
     """
     nvlink = state.nvlink
     links = nvlink.links_per_gpu if nvlink is not None else 0
     yield "nvlink.link_count", links
     if nvlink is None or links <= 0:
         return
-    switches = nvlink.switches
-    peers = [other for other in state.gpus if other.index != gpu.index]
+    has_peers = any(other.index != gpu.index for other in state.gpus)
+    # HGX baseboards (switches), NVL72 trays and single-GPU nodes (the far end
+    # is a switch tray outside this node, no PCI function to report) reach
+    # switches; with no switches declared, the links form a direct GPU mesh.
+    remote = "switch" if nvlink.switches or nvlink.c2c_enabled or not has_peers else "gpu"
     for link in range(links):
-        key = f"nvlink.link.{link}"
-        if switches or nvlink.c2c_enabled or not peers:
-            # HGX baseboards (wired by the library), NVL72 trays and single-GPU
-            # nodes (the far end is a switch tray outside this node, no PCI
-            # function to report).
-            yield f"{key}.remote_type", "switch"
-        else:
-            # No switches declared: a direct GPU mesh, links spread over the peers.
-            yield f"{key}.remote_type", "gpu"
-            yield f"{key}.remote_bus_id", peers[link % len(peers)].nvml_bus_id
+        yield f"nvlink.link.{link}.remote_type", remote
 
 
 def nvml_bus_id(bdf: str) -> str:

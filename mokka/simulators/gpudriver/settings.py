@@ -19,6 +19,9 @@ from mokka.errors import SpecError
 #: How the driver tree is published at ``/run/nvidia/driver``.
 PUBLISH_MODES = ("auto", "bind", "symlink")
 
+#: The words ``--idle-signature`` takes.
+SWITCH_WORDS = {"on": True, "off": False}
+
 #: Character majors the kernel can hand out (``register_chrdev`` caps them at 4095).
 _MAX_MAJOR = 4095
 
@@ -48,6 +51,14 @@ def _check_publish(instance: object, attribute: attrs.Attribute, value: str) -> 
         )
 
 
+def _check_switch(instance: object, attribute: attrs.Attribute, value: bool) -> None:
+    # ``--idle-signature`` maps its words; this guards direct construction.
+    if not isinstance(value, bool):
+        raise SpecError(
+            f"gpudriver settings: {attribute.name}: got {value!r}, expected true or false"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class GpuDriverSettings:
     """Node-level knobs of the driver footprint."""
@@ -74,6 +85,12 @@ class GpuDriverSettings:
     #: because a bind mount in a test or local root would outlive nothing
     #: useful and needs privileges a normal run lacks.
     publish: str = attrs.field(default="auto", validator=_check_publish)
+    #: Whether the engine config asks the library for each GPU's own idle
+    #: signature (``idle_signature: true``; docs/nvml.md, "Idle readings"):
+    #: on, a node at rest looks like a real one, each GPU at its own
+    #: temperature, draw and PCIe traffic; off, every idle reading is exactly
+    #: the profile's figure.
+    idle_signature: bool = attrs.field(default=True, validator=_check_switch)
 
     def __attrs_post_init__(self) -> None:
         # Both ranges start at minor 1 (``nvidia-uvm-tools``, ``nvidia-cap1``):
@@ -94,6 +111,7 @@ class GpuDriverSettings:
             nvidia_smi_binary=args.nvidia_smi_binary,
             installed_nvidia_smi=args.installed_nvidia_smi,
             publish=args.driver_publish,
+            idle_signature=SWITCH_WORDS[args.idle_signature],
         )
 
 
@@ -144,4 +162,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.publish,
         help="how to publish the driver tree at /run/nvidia/driver: bind mount, relative "
         "symlink, or auto (bind with CAP_SYS_ADMIN on a real host root) (default: %(default)s)",
+    )
+    group.add_argument(
+        "--idle-signature",
+        choices=tuple(SWITCH_WORDS),
+        default="on" if defaults.idle_signature else "off",
+        help="give each idle GPU its own temperature, power draw and PCIe traffic, drifting "
+        "slowly, as a real node shows; off: every idle reading is the profile's figure "
+        "(default: %(default)s)",
     )

@@ -58,10 +58,10 @@ CLASS_OTHER_BRIDGE = 0x068000
 #: NVSwitch PCI device ids by GPU architecture.  Ampere boards carry the
 #: ``GA100 [A100 NVSwitch]`` (``1af1``, named in pci.ids); Hopper boards the
 #: third-generation NVSwitch ``22a3``.  Later generations' ids are not
-#: public in pci.ids, so they fall back to ``22a3``.
-#: The mock NVML library reports the same ids for a link's remote switch
-#: (``mock_nvswitch_pci_id`` in ``native/nvml/nvlink_wiring.c``; the wiring tests
-#: compare both).
+#: public in pci.ids, so they fall back to ``22a3``.  The one table of
+#: them: the engine config hands the id ``nvswitch_device_id`` picks to the
+#: mock NVML library (``nvlink.switch.<i>.pci_device_id``), which reports it
+#: for a link's remote switch (the wiring tests compare it with sysfs).
 NVSWITCH_DEVICE_IDS: Mapping[str, int] = {"ampere": 0x1AF1, "hopper": 0x22A3}
 DEFAULT_NVSWITCH_DEVICE_ID = 0x22A3
 #: NVSwitch management link (not its NVLinks): a narrow PCIe link.
@@ -301,6 +301,22 @@ def _bridge_ids(gen: int) -> tuple[int, int, int, int]:
     return 0x10B5, 0x8747, 0x10B5, 0x8747  # PLX PEX 8747
 
 
+def nvswitch_device_id(state: State) -> int:
+    """The PCI device id of the node's NVSwitches: that of its GPUs' generation.
+
+    Also their subsystem device id (the vendor is NVIDIA's for both).  On a
+    mixed node the later generation wins, as its baseboard carries the
+    switches; a generation without a public id takes the default.
+    """
+    architectures = {gpu.architecture.lower() for gpu in state.gpus}
+    device_id = DEFAULT_NVSWITCH_DEVICE_ID
+    # in table order, so on a mixed node the later generation wins
+    for arch, known in NVSWITCH_DEVICE_IDS.items():
+        if arch in architectures:
+            device_id = known
+    return device_id
+
+
 def _endpoints(state: State, roots: dict[str, RootComplex]) -> list[_Endpoint]:
     """The GPUs, then the NVSwitches, each on its own address (``SpecError`` otherwise).
 
@@ -327,12 +343,7 @@ def _endpoints(state: State, roots: dict[str, RootComplex]) -> list[_Endpoint]:
         )
     switches = state.nvlink.switches if state.nvlink is not None else ()
     if switches:
-        architectures = {gpu.architecture.lower() for gpu in state.gpus}
-        device_id = DEFAULT_NVSWITCH_DEVICE_ID
-        # in table order, so on a mixed node the later generation wins
-        for arch, known in NVSWITCH_DEVICE_IDS.items():
-            if arch in architectures:
-                device_id = known
+        device_id = nvswitch_device_id(state)
         gen = max((link.max_gen for link in links.values()), default=DEFAULT_LINK_GEN)
         link = Link(gen, NVSWITCH_LINK_WIDTH, gen, NVSWITCH_LINK_WIDTH)
         for switch in switches:
