@@ -135,10 +135,6 @@ NODE_COMPARED = ("driver_version", "cuda_version", "attached_gpus")
 NODE_IDENTITY = ("timestamp",)
 
 #: Why an element still differs.  None of them is a value the profile gets wrong.
-DEPRECATED = (
-    "the capture's newer nvidia-smi no longer answers this query (\"Requested functionality "
-    "has been deprecated\"); 535 still asks, and prints the value the profile defines"
-)
 NO_BLACKWELL = (
     "nvidia-smi 535 predates Blackwell and prints an architecture id it does not know as "
     "Unknown; the library reports NVML_DEVICE_ARCH_BLACKWELL (pynvml reads 10)"
@@ -150,10 +146,7 @@ CLOCKS_CUT = (
 
 #: Every difference the comparison finds, per capture: element path → reason.
 KNOWN_DIFFERENCES: dict[str, dict[str, str]] = {
-    "a100": {
-        "gpu_reset_status/reset_required": DEPRECATED,
-        "gpu_reset_status/drain_and_reset_recommended": DEPRECATED,
-    },
+    "a100": {},
     "b200": {
         "product_architecture": NO_BLACKWELL,
     },

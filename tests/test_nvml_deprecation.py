@@ -33,6 +33,7 @@ REMOVED_IN = {
     "app_clock": 595,
     "default_app_clock": 595,
     "power_state": 595,
+    "reset_status": 570,  # field values NVML_FI_DEV_RESET_STATUS, ..._DRAIN_AND_RESET_STATUS
 }
 DEPRECATED = {"error": 26}  # NVML_ERROR_DEPRECATED
 SMI_DEPRECATED = "Requested functionality has been deprecated"
@@ -124,10 +125,11 @@ def test_removed_calls_answer_deprecated_per_claimed_driver(
 
 
 def test_the_profiles_cover_every_branch_of_the_table(configs):
-    """Each branch the table names is some built-in profile's, and one predates them all."""
+    """Each branch the table names is some built-in profile's; a driver predating every
+    row (no built-in profile claims one) is read in ``VERSIONS``."""
     branches = {branch_of(state) for state, _ in configs.values()}
     assert set(REMOVED_IN.values()) <= branches
-    assert min(branches) < min(REMOVED_IN.values())
+    assert 0 < min(b for b in VERSIONS.values() if b) < min(REMOVED_IN.values())
 
 
 def smi_field(text: str, label: str, after: str = "") -> str:
@@ -168,6 +170,9 @@ def test_nvidia_smi_prints_what_the_claimed_driver_answers(
     assert readings is not None
     performance = ET.fromstring(xml.stdout).findtext("gpu/performance_state")
     assert readings.text == (SMI_DEPRECATED if removed("power_state", branch) else performance)
+    for element in ("reset_required", "drain_and_reset_recommended"):
+        shown = ET.fromstring(xml.stdout).findtext(f"gpu/gpu_reset_status/{element}")
+        assert shown == (SMI_DEPRECATED if removed("reset_status", branch) else "No"), element
 
 
 #: Driver versions the library must read as no branch that removed anything,

@@ -11,7 +11,7 @@
  * violation meters; nothing else here is shared.
  */
 #include <stdio.h>
-#include <sys/time.h>
+#include <time.h>
 
 #include "mock.h"
 
@@ -265,16 +265,52 @@ static size_t policy_row(nvmlPerfPolicyType_t policy)
     return p;
 }
 
-int mock_violation_ns(const struct mock_config *cfg, unsigned pos, nvmlPerfPolicyType_t policy,
-                      unsigned long long *ns)
+/* The violation time and the mock_now_ns() instant it is for (*at). */
+static int violation_at(const struct mock_config *cfg, unsigned pos, nvmlPerfPolicyType_t policy,
+                        unsigned long long *ns, unsigned long long *at)
 {
     size_t p = policy_row(policy);
     if (p == MOCK_COUNT(g_policies))
         return 0;
     /* ns per second while one of the policy's reasons is active */
     double rate = (mock_reasons_now(cfg, pos) & g_policies[p].reasons) ? 1e9 : 0;
-    *ns = (unsigned long long)mock_meter_read(g_policies[p].meter, pos, rate, NULL);
+    *ns = (unsigned long long)mock_meter_read(g_policies[p].meter, pos, rate, at);
     return 1;
+}
+
+int mock_violation_ns(const struct mock_config *cfg, unsigned pos, nvmlPerfPolicyType_t policy,
+                      unsigned long long *ns)
+{
+    return violation_at(cfg, pos, policy, ns, NULL);
+}
+
+/* How often the wall clock's lead on the monotonic clock is measured. */
+#define WALL_OFFSET_INTERVAL_NS 1000000000ULL
+
+/* The wall clock (microseconds since the epoch) at a mock_now_ns() instant:
+ * the violation time's own instant, so the two figures of one answer are
+ * one reading, and no call pays a clock read of its own.  The wall clock's
+ * lead is measured at most once a second (by the call's clock), so a step
+ * of the wall clock shows within a second. */
+static unsigned long long wall_us_at(unsigned long long monotonic_ns)
+{
+    static unsigned long long measured_at; /* mock_call_clock() of the last measure */
+    static long long lead_ns;              /* CLOCK_REALTIME - CLOCK_MONOTONIC */
+    unsigned long long now = mock_call_clock();
+    unsigned long long last = __atomic_load_n(&measured_at, __ATOMIC_ACQUIRE);
+    long long lead;
+    if (last == 0 || now - last >= WALL_OFFSET_INTERVAL_NS) {
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        unsigned long long monotonic = mock_now_ns();
+        lead = (long long)((unsigned long long)wall.tv_sec * 1000000000ULL +
+                           (unsigned long long)wall.tv_nsec - monotonic);
+        __atomic_store_n(&lead_ns, lead, __ATOMIC_RELAXED);
+        __atomic_store_n(&measured_at, now, __ATOMIC_RELEASE);
+    } else {
+        lead = __atomic_load_n(&lead_ns, __ATOMIC_RELAXED);
+    }
+    return (unsigned long long)((long long)monotonic_ns + lead) / 1000ULL;
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device,
@@ -287,10 +323,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device,
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    mock_violation_ns(c.cfg, c.pos, perfPolicyType, &violTime->violationTime);
-    struct timeval now;
-    gettimeofday(&now, NULL);
-    violTime->referenceTime = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned)now.tv_usec;
+    unsigned long long at;
+    violation_at(c.cfg, c.pos, perfPolicyType, &violTime->violationTime, &at);
+    violTime->referenceTime = wall_us_at(at);
     mock_end(&c);
     return r;
 }

@@ -85,6 +85,27 @@ static const struct {
     {"fan.speed_percent", PIN_FAN},
 };
 
+/* The figures of enum mock_figure, by profile field; `signature`: the idle
+ * signature moves it (readings.c's quantities the signature alone moves),
+ * so under the signature it is read as a reading. */
+static const struct {
+    const char *field;
+    int signature;
+} FIGURES[MOCK_FIGURE_COUNT] = {
+    [MOCK_FIGURE_POWER_ENFORCED_LIMIT] = {"power.enforced_limit_mw", 0},
+    [MOCK_FIGURE_POWER_MIN_LIMIT] = {"power.min_limit_mw", 0},
+    [MOCK_FIGURE_POWER_MAX_LIMIT] = {"power.max_limit_mw", 0},
+    [MOCK_FIGURE_POWER_DEFAULT_LIMIT] = {"power.default_limit_mw", 0},
+    [MOCK_FIGURE_MODULE_DRAW] = {"module_power.current_draw_mw", 0},
+    [MOCK_FIGURE_MODULE_ENFORCED_LIMIT] = {"module_power.enforced_limit_mw", 0},
+    [MOCK_FIGURE_MODULE_MIN_LIMIT] = {"module_power.min_limit_mw", 0},
+    [MOCK_FIGURE_MODULE_MAX_LIMIT] = {"module_power.max_limit_mw", 0},
+    [MOCK_FIGURE_MODULE_DEFAULT_LIMIT] = {"module_power.default_limit_mw", 0},
+    [MOCK_FIGURE_MEMORY_TEMPERATURE] = {"thermal.temperature_memory_c", 1},
+    [MOCK_FIGURE_PCIE_TX] = {"pcie.tx_throughput_kbps", 1},
+    [MOCK_FIGURE_PCIE_RX] = {"pcie.rx_throughput_kbps", 1},
+};
+
 /* ------------------------------------------------------- idle signature */
 
 /* How far idle boards of one kind spread, around the profile's idle
@@ -339,6 +360,11 @@ static void resolve(const struct mock_config *cfg, unsigned pos, struct mock_boa
     b->base_temperature = b->temperature;
     resolve_idle(cfg, pos, b);
     mock_pci_fill(cfg, pos, &b->pci);
+    for (unsigned f = 0; f < MOCK_FIGURE_COUNT; f++)
+        b->figures[f].has_u64 =
+            (unsigned char)mock_dev_raw_u64(cfg, pos, FIGURES[f].field, &b->figures[f].u64);
+    mock_ecc_fill(cfg, pos, &b->ecc);
+    b->has_rows = mock_remapped_rows(cfg, pos, &b->rows);
 }
 
 /* The first reader of a snapshot resolves a device's board (board_of in
@@ -364,6 +390,50 @@ const nvmlPciInfo_t *mock_board_pci(const struct mock_config *cfg, unsigned pos)
 {
     const struct mock_board *b = board_of(cfg, pos);
     return b != NULL ? &b->pci : NULL;
+}
+
+int mock_figure_u64(const struct mock_config *cfg, unsigned pos, enum mock_figure figure,
+                    unsigned long long *out)
+{
+    const struct mock_board *b = board_of(cfg, pos);
+    if (__builtin_expect(b == NULL, 0)) /* no memory for the board: as looked up */
+        return mock_dev_u64(cfg, pos, FIGURES[figure].field, out);
+    long long reading; /* under the signature, its reading when it has one */
+    if (FIGURES[figure].signature && b->idle.on &&
+        mock_reading_field(cfg, pos, FIGURES[figure].field, &reading))
+        return mock_reading_u64(reading, out);
+    if (b->figures[figure].has_u64)
+        *out = b->figures[figure].u64;
+    return b->figures[figure].has_u64;
+}
+
+int mock_ecc_counter(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
+                     nvmlEccCounterType_t counter, enum mock_ecc_location where,
+                     unsigned long long *out)
+{
+    const struct mock_board *b = board_of(cfg, pos);
+    if (__builtin_expect(b == NULL || !b->ecc.resolved, 0))
+        return mock_ecc_count(cfg, pos, type, counter, mock_ecc_location_names[where], out);
+    if (b->ecc.has_ecc)
+        *out = b->ecc.count[counter][type][where];
+    return b->ecc.has_ecc;
+}
+
+unsigned long long mock_snapshot_serial(const struct mock_config *cfg)
+{
+    const struct mock_board *b = cfg->device_count > 0 ? board_of(cfg, 0) : NULL;
+    return b != NULL ? b->serial : 0;
+}
+
+int mock_board_remapped_rows(const struct mock_config *cfg, unsigned pos,
+                             struct mock_remapped_rows *out)
+{
+    const struct mock_board *b = board_of(cfg, pos);
+    if (__builtin_expect(b == NULL, 0))
+        return mock_remapped_rows(cfg, pos, out);
+    if (b->has_rows)
+        *out = b->rows;
+    return b->has_rows;
 }
 
 /* The power draw (mW) at `x`: a power pattern's watts, or a utilization in

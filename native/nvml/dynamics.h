@@ -239,6 +239,15 @@ struct mock_board {
     /* the PCI record nvmlDeviceGetPciInfo* copy (pci.c fills it): it
      * changes only with the config, so no call formats it */
     nvmlPciInfo_t pci;
+    /* the figures, ECC counters and remapped rows the polling getters
+     * read (mock.h): resolved here for the same reason */
+    struct {
+        unsigned long long u64;
+        unsigned char has_u64;
+    } figures[MOCK_FIGURE_COUNT];
+    struct mock_ecc_counts ecc;
+    struct mock_remapped_rows rows;
+    int has_rows;
     struct reading_cache cache;         /* mutable: see struct reading_cache */
     struct idle_cache idle_cache;       /* mutable: the idle readings of the last tick */
 };

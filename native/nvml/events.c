@@ -27,6 +27,14 @@
  * failure spec, so a set hears of it once, and a set registered after it
  * does not.
  *
+ * A health loop polls (a zero timeout) in every round, and on a quiet node
+ * nothing is new: a set remembers the snapshot whose whole scan found
+ * nothing new for it (mock_snapshot_serial), and a poll of the same
+ * snapshot answers TIMEOUT without scanning again, reading no clock.  What
+ * a scan finds changes only with the snapshot, the set's registrations and
+ * deliveries, and a fall off the bus; a set listening to a device whose
+ * spec can raise one always scans.
+ *
  * The wait really blocks for its timeout when nothing is pending.  The
  * device plugin's health loop calls it with 5000 ms in a tight loop; an
  * immediate return would spin a CPU (nvidia-smi was measured calling it
@@ -67,6 +75,7 @@ struct nvmlEventSet_st {
     unsigned long long mask[MOCK_MAX_DEVICES];
     struct xid_seen *seen; /* sorted by key */
     size_t seen_count, seen_capacity;
+    unsigned long long quiet; /* snapshot serial whose scan found nothing new; 0: none */
 };
 
 /* One Xid of a snapshot, on a device this process sees. */
@@ -240,19 +249,35 @@ MOCK_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned lon
                    (void *)set, c.pos, before);
     }
     set->mask[c.pos] |= eventTypes;
+    set->quiet = 0; /* what a scan finds may have changed */
     pthread_mutex_unlock(&set->lock);
     mock_end(&c);
     return r;
+}
+
+/* Called with set->lock held: whether a device the set hears Xids of may
+ * fall off the bus in this process (no new snapshot tells). */
+static int may_fall(const struct mock_config *cfg, nvmlEventSet_t set)
+{
+    for (unsigned pos = 0; pos < cfg->device_count && pos < MOCK_MAX_DEVICES; pos++)
+        if (cfg->failure[pos].raises_xid && (set->mask[pos] & nvmlEventTypeXidCriticalError))
+            return 1;
+    return 0;
 }
 
 /* Takes the first Xid of the snapshot that is new to this set, on a device
  * it listens to, and forgets the ones the snapshot no longer lists. */
 static int take_xid(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEventData_t *out)
 {
+    unsigned long long serial = mock_snapshot_serial(cfg);
+    pthread_mutex_lock(&set->lock);
+    if (serial != 0 && set->quiet == serial && !may_fall(cfg, set)) {
+        pthread_mutex_unlock(&set->lock); /* scanned already: nothing new */
+        return 0;
+    }
     unsigned listed, slots = xid_slots(cfg, &listed);
     struct xid_event event, fresh;
     int pending = 0, taken = 0;
-    pthread_mutex_lock(&set->lock);
     for (size_t i = 0; i < set->seen_count; i++)
         set->seen[i].listed = 0;
     for (unsigned i = 0; i < slots; i++) {
@@ -277,6 +302,7 @@ static int take_xid(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEvent
         out->computeInstanceId = 0xFFFFFFFFu;
         taken = 1;
     }
+    set->quiet = pending ? 0 : serial; /* a set too full to take one scans again */
     pthread_mutex_unlock(&set->lock);
     return taken;
 }
@@ -294,7 +320,9 @@ MOCK_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
 {
     if (!set_valid(set) || data == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long deadline = mock_now_ns() + (unsigned long long)timeoutms * 1000000ULL;
+    /* a poll (no timeout) reads no clock */
+    unsigned long long deadline =
+        timeoutms ? mock_now_ns() + (unsigned long long)timeoutms * 1000000ULL : 0;
     for (;;) {
         struct mock_config *cfg = mock_acquire();
         if (cfg == NULL)
@@ -307,6 +335,8 @@ MOCK_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
             *data = event;
             return NVML_SUCCESS;
         }
+        if (timeoutms == 0)
+            return NVML_ERROR_TIMEOUT;
         unsigned long long now = mock_now_ns();
         if (now >= deadline)
             return NVML_ERROR_TIMEOUT;

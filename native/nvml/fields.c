@@ -9,10 +9,16 @@
  * `topo -m`'s NV<n>, ...) are nvlink.c's: their scope is a link.  A field
  * that has a getter of its own (violation time, remapped rows, total
  * energy, ...) reads what that getter reads, so the two always agree.
+ *
+ * A polling loop calls it every few seconds per GPU, so an entry looks up
+ * no key: power limits, the memory temperature, ECC counters and remapped
+ * rows are resolved once per config snapshot (mock.h's figures).  Every
+ * entry is stamped with the call's clock (CLOCK_REALTIME_COARSE as the
+ * call began, in microseconds): the instant the readings are derived for
+ * (readings.c), read once per call instead of a precise clock read that
+ * would cost more than the rest of the call.
  */
-#include <stdio.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "mock.h"
 
@@ -35,17 +41,18 @@ void mock_field_ull(nvmlFieldValue_t *v, int found, unsigned long long value)
 
 /* One ECC counter field: which error type, counter and location. */
 static int ecc_field(unsigned field, nvmlEccCounterType_t *counter, nvmlMemoryErrorType_t *type,
-                     const char **where)
+                     enum mock_ecc_location *where)
 {
-    static const char *const locations[] = {"l1_cache", "l2_cache", "device_memory",
-                                            "register_file", "texture_memory"};
+    static const enum mock_ecc_location locations[] = {
+        MOCK_ECC_L1_CACHE, MOCK_ECC_L2_CACHE, MOCK_ECC_DEVICE_MEMORY, MOCK_ECC_REGISTER_FILE,
+        MOCK_ECC_TEXTURE_MEMORY};
     const nvmlMemoryErrorType_t sbe = NVML_MEMORY_ERROR_TYPE_CORRECTED;
     const nvmlMemoryErrorType_t dbe = NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
     if (field >= NVML_FI_DEV_ECC_SBE_VOL_TOTAL && field <= NVML_FI_DEV_ECC_DBE_AGG_TOTAL) {
         unsigned i = field - NVML_FI_DEV_ECC_SBE_VOL_TOTAL; /* SBE vol, DBE vol, SBE agg, DBE agg */
         *type = i % 2 ? dbe : sbe;
         *counter = i < 2 ? NVML_VOLATILE_ECC : NVML_AGGREGATE_ECC;
-        *where = "total";
+        *where = MOCK_ECC_TOTAL;
         return 1;
     }
     /* 7..16 volatile and 18..27 aggregate: SBE/DBE pairs per location. */
@@ -68,19 +75,36 @@ static int ecc_field(unsigned field, nvmlEccCounterType_t *counter, nvmlMemoryEr
     return 0;
 }
 
-/* Power fields in mW, as GPU-scope keys; scope 1 (the module: GB200's
- * superchip) reads the same names under module_power instead of power. */
-static const char *power_field(unsigned field)
+/* Power fields in mW: 1 with the figure scope 0 (the GPU: `power.*`) and
+ * scope 1 (the module, GB200's superchip: the same names under
+ * `module_power.*`) read.  The GPU's draw moves: *gpu is MOCK_FIGURE_COUNT
+ * for it, read by its key instead. */
+static int power_field(unsigned field, enum mock_figure *gpu, enum mock_figure *module)
 {
     switch (field) {
     case NVML_FI_DEV_POWER_AVERAGE:
-    case NVML_FI_DEV_POWER_INSTANT: return "power.current_draw_mw";
-    case NVML_FI_DEV_POWER_MIN_LIMIT: return "power.min_limit_mw";
-    case NVML_FI_DEV_POWER_MAX_LIMIT: return "power.max_limit_mw";
-    case NVML_FI_DEV_POWER_DEFAULT_LIMIT: return "power.default_limit_mw";
+    case NVML_FI_DEV_POWER_INSTANT:
+        *gpu = MOCK_FIGURE_COUNT;
+        *module = MOCK_FIGURE_MODULE_DRAW;
+        return 1;
+    case NVML_FI_DEV_POWER_MIN_LIMIT:
+        *gpu = MOCK_FIGURE_POWER_MIN_LIMIT;
+        *module = MOCK_FIGURE_MODULE_MIN_LIMIT;
+        return 1;
+    case NVML_FI_DEV_POWER_MAX_LIMIT:
+        *gpu = MOCK_FIGURE_POWER_MAX_LIMIT;
+        *module = MOCK_FIGURE_MODULE_MAX_LIMIT;
+        return 1;
+    case NVML_FI_DEV_POWER_DEFAULT_LIMIT:
+        *gpu = MOCK_FIGURE_POWER_DEFAULT_LIMIT;
+        *module = MOCK_FIGURE_MODULE_DEFAULT_LIMIT;
+        return 1;
     case NVML_FI_DEV_POWER_CURRENT_LIMIT:
-    case NVML_FI_DEV_POWER_REQUESTED_LIMIT: return "power.enforced_limit_mw";
-    default: return NULL;
+    case NVML_FI_DEV_POWER_REQUESTED_LIMIT:
+        *gpu = MOCK_FIGURE_POWER_ENFORCED_LIMIT;
+        *module = MOCK_FIGURE_MODULE_ENFORCED_LIMIT;
+        return 1;
+    default: return 0;
     }
 }
 
@@ -125,7 +149,7 @@ static int remapped_rows_field(const struct mock_config *cfg, unsigned pos, nvml
     case NVML_FI_DEV_REMAPPED_FAILURE: break;
     default: return 0;
     }
-    found = mock_remapped_rows(cfg, pos, &rows);
+    found = mock_board_remapped_rows(cfg, pos, &rows);
     if (found) {
         value = v->fieldId == NVML_FI_DEV_REMAPPED_COR       ? rows.correctable
                 : v->fieldId == NVML_FI_DEV_REMAPPED_UNC     ? rows.uncorrectable
@@ -143,27 +167,27 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
     int found, on = 0;
     nvmlEccCounterType_t counter;
     nvmlMemoryErrorType_t type;
-    const char *where, *power;
+    enum mock_ecc_location where;
+    enum mock_figure gpu, module;
 
     v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
     v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
     v->value.ullVal = 0;
 
-    if ((power = power_field(v->fieldId)) != NULL) {
-        char module_key[64];
-        snprintf(module_key, sizeof module_key, "module_%s", power);
-        found = (v->scopeId == NVML_POWER_SCOPE_GPU && mock_dev_u64(cfg, pos, power, &n)) ||
-                (v->scopeId == NVML_POWER_SCOPE_MODULE && mock_dev_u64(cfg, pos, module_key, &n));
+    if (power_field(v->fieldId, &gpu, &module)) {
+        if (v->scopeId == NVML_POWER_SCOPE_GPU)
+            found = gpu == MOCK_FIGURE_COUNT ? mock_key_u64(cfg, pos, MOCK_KEY_POWER_DRAW, &n)
+                                             : mock_figure_u64(cfg, pos, gpu, &n);
+        else
+            found = v->scopeId == NVML_POWER_SCOPE_MODULE && mock_figure_u64(cfg, pos, module, &n);
         mock_field_uint(v, found, n);
         return;
     }
     if (ecc_field(v->fieldId, &counter, &type, &where)) {
-        found = mock_ecc_count(cfg, pos, type, counter, where, &n);
+        found = mock_ecc_counter(cfg, pos, type, counter, where, &n);
         mock_field_ull(v, found, n);
         return;
     }
-    if (mock_nvlink_field(cfg, pos, v))
-        return;
     nvmlPerfPolicyType_t policy;
     if (perf_policy_field(v->fieldId, &policy)) {
         found = mock_violation_ns(cfg, pos, policy, &n);
@@ -182,8 +206,8 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
         mock_field_uint(v, found, (unsigned)on);
         break;
     case NVML_FI_DEV_MEMORY_TEMP:
-        found = mock_dev_uint(cfg, pos, "thermal.temperature_memory_c", &u);
-        mock_field_uint(v, found, u);
+        found = mock_figure_u64(cfg, pos, MOCK_FIGURE_MEMORY_TEMPERATURE, &n);
+        mock_field_uint(v, found, n);
         break;
     case NVML_FI_DEV_PCIE_REPLAY_COUNTER:
         found = mock_dev_uint(cfg, pos, "pcie.replay_counter", &u);
@@ -218,11 +242,21 @@ static void fill_field(const struct mock_config *cfg, unsigned pos, nvmlFieldVal
     }
     case NVML_FI_DEV_RESET_STATUS:
     case NVML_FI_DEV_DRAIN_AND_RESET_STATUS:
+        /* no reset or drain needed; the 570 drivers removed both fields for
+         * the recovery action below (deprecation.c) */
+        mock_field_uint(v, 1, 0);
+        if (mock_deprecated(cfg, MOCK_DEPRECATED_RESET_STATUS))
+            v->nvmlReturn = NVML_ERROR_DEPRECATED;
+        break;
     case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-        mock_field_uint(v, 1, 0); /* no reset or drain needed */
+        mock_field_uint(v, 1, 0); /* NVML_GPU_RECOVERY_ACTION_NONE */
         break;
     default:
-        mock_debug("field value %u (scope %u): not supported by the mock", v->fieldId, v->scopeId);
+        /* last: the NVLink fields' lookup of the board's links is no other
+         * field's cost */
+        if (!mock_nvlink_field(cfg, pos, v))
+            mock_debug("field value %u (scope %u): not supported by the mock", v->fieldId,
+                       v->scopeId);
         break; /* NOT_SUPPORTED, already set */
     }
 }
@@ -234,9 +268,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCo
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c = {0}; /* read only after a successful mock_begin */
     nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
-    struct timeval now;
-    gettimeofday(&now, NULL);
-    long long stamp = (long long)now.tv_sec * 1000000LL + now.tv_usec;
+    long long stamp = (long long)(mock_call_clock() / 1000ULL);
     for (int i = 0; i < valuesCount; i++) {
         values[i].timestamp = stamp;
         values[i].latencyUsec = 0;

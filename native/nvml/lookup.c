@@ -236,3 +236,35 @@ int mock_config_index(struct mock_config *cfg)
     build_slots(cfg);
     return resolve_keys(cfg);
 }
+
+/* ------------------------------------------------------- ECC counters */
+
+const char *const mock_ecc_location_names[MOCK_ECC_LOCATION_COUNT] = {
+    [MOCK_ECC_TOTAL] = "total",
+    [MOCK_ECC_L1_CACHE] = "l1_cache",
+    [MOCK_ECC_L2_CACHE] = "l2_cache",
+    [MOCK_ECC_DEVICE_MEMORY] = "device_memory",
+    [MOCK_ECC_REGISTER_FILE] = "register_file",
+    [MOCK_ECC_TEXTURE_MEMORY] = "texture_memory",
+    [MOCK_ECC_TEXTURE_SHM] = "texture_shm",
+    [MOCK_ECC_CBU] = "cbu",
+    [MOCK_ECC_SRAM] = "sram",
+};
+
+/* Every counter asked of mock_ecc_count once (it spells the keys two ways
+ * and formats them, too much for a polling loop's every call).  Its answer
+ * is the snapshot's alone unless an `ecc_uncorrectable` failure adds this
+ * process's errors: such a device stays unresolved. */
+void mock_ecc_fill(const struct mock_config *cfg, unsigned pos, struct mock_ecc_counts *ecc)
+{
+    memset(ecc, 0, sizeof *ecc);
+    if (mock_dev_is(cfg, pos, "failure.mode", "ecc_uncorrectable"))
+        return;
+    ecc->resolved = 1;
+    for (unsigned counter = 0; counter < NVML_ECC_COUNTER_TYPE_COUNT; counter++)
+        for (unsigned type = 0; type < NVML_MEMORY_ERROR_TYPE_COUNT; type++)
+            for (unsigned where = 0; where < MOCK_ECC_LOCATION_COUNT; where++)
+                ecc->has_ecc = (unsigned char)mock_ecc_count(
+                    cfg, pos, (nvmlMemoryErrorType_t)type, (nvmlEccCounterType_t)counter,
+                    mock_ecc_location_names[where], &ecc->count[counter][type][where]);
+}

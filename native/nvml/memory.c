@@ -201,9 +201,10 @@ static int valid_ecc_args(nvmlMemoryErrorType_t type, nvmlEccCounterType_t count
            (unsigned)counter < NVML_ECC_COUNTER_TYPE_COUNT;
 }
 
-/* One ECC counter in one guarded call; the caller validated the args. */
+/* One ECC counter in one guarded call, as resolved for the snapshot
+ * (mock_ecc_counter); the caller validated the args. */
 static nvmlReturn_t ecc_counter(nvmlDevice_t device, nvmlMemoryErrorType_t type,
-                                nvmlEccCounterType_t counter, const char *location,
+                                nvmlEccCounterType_t counter, enum mock_ecc_location where,
                                 unsigned long long *out)
 {
     struct mock_mig_info mig;
@@ -218,7 +219,7 @@ static nvmlReturn_t ecc_counter(nvmlDevice_t device, nvmlMemoryErrorType_t type,
     r = mock_begin(&c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    if (!mock_ecc_count(c.cfg, c.pos, type, counter, location, out))
+    if (!mock_ecc_counter(c.cfg, c.pos, type, counter, where, out))
         r = NVML_ERROR_NOT_SUPPORTED;
     mock_end(&c);
     return r;
@@ -231,7 +232,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
 {
     if (eccCounts == NULL || !valid_ecc_args(errorType, counterType))
         return NVML_ERROR_INVALID_ARGUMENT;
-    return ecc_counter(device, errorType, counterType, "total", eccCounts);
+    return ecc_counter(device, errorType, counterType, MOCK_ECC_TOTAL, eccCounts);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device,
@@ -262,15 +263,15 @@ MOCK_API nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device,
                                                       nvmlMemoryLocation_t locationType,
                                                       unsigned long long *count)
 {
-    static const char *const locations[] = {
-        [NVML_MEMORY_LOCATION_L1_CACHE] = "l1_cache",
-        [NVML_MEMORY_LOCATION_L2_CACHE] = "l2_cache",
-        [NVML_MEMORY_LOCATION_DEVICE_MEMORY] = "device_memory",
-        [NVML_MEMORY_LOCATION_REGISTER_FILE] = "register_file",
-        [NVML_MEMORY_LOCATION_TEXTURE_MEMORY] = "texture_memory",
-        [NVML_MEMORY_LOCATION_TEXTURE_SHM] = "texture_shm",
-        [NVML_MEMORY_LOCATION_CBU] = "cbu",
-        [NVML_MEMORY_LOCATION_SRAM] = "sram",
+    static const enum mock_ecc_location locations[] = {
+        [NVML_MEMORY_LOCATION_L1_CACHE] = MOCK_ECC_L1_CACHE,
+        [NVML_MEMORY_LOCATION_L2_CACHE] = MOCK_ECC_L2_CACHE,
+        [NVML_MEMORY_LOCATION_DEVICE_MEMORY] = MOCK_ECC_DEVICE_MEMORY,
+        [NVML_MEMORY_LOCATION_REGISTER_FILE] = MOCK_ECC_REGISTER_FILE,
+        [NVML_MEMORY_LOCATION_TEXTURE_MEMORY] = MOCK_ECC_TEXTURE_MEMORY,
+        [NVML_MEMORY_LOCATION_TEXTURE_SHM] = MOCK_ECC_TEXTURE_SHM,
+        [NVML_MEMORY_LOCATION_CBU] = MOCK_ECC_CBU,
+        [NVML_MEMORY_LOCATION_SRAM] = MOCK_ECC_SRAM,
     };
     if (count == NULL || !valid_ecc_args(errorType, counterType) ||
         (unsigned)locationType >= MOCK_COUNT(locations))
@@ -384,7 +385,7 @@ int mock_remapped_rows(const struct mock_config *cfg, unsigned pos,
 
 static int read_remapped_rows(const struct mock_config *cfg, unsigned pos, void *out)
 {
-    return mock_remapped_rows(cfg, pos, out);
+    return mock_board_remapped_rows(cfg, pos, out); /* resolved once per snapshot */
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,

@@ -905,4 +905,70 @@ const nvmlPciInfo_t *mock_board_pci(const struct mock_config *cfg, unsigned pos)
  * read).  A driver sample's value (samples.c). */
 int mock_idle_power_at(const struct mock_config *cfg, unsigned pos, double t, unsigned *mw);
 
+/* ------------------- the polling getters' figures, resolved once per snapshot */
+
+/* Profile figures the polling getters and field values read that only the
+ * config moves (or, for the signature's quantities, the idle signature):
+ * each resolved with the device's board (dynamics.c), so such a getter
+ * looks up no key.  mock_figure_u64 answers exactly what mock_dev_u64
+ * answers for the figure's field. */
+enum mock_figure {
+    MOCK_FIGURE_POWER_ENFORCED_LIMIT, /* power.enforced_limit_mw */
+    MOCK_FIGURE_POWER_MIN_LIMIT,      /* power.min_limit_mw */
+    MOCK_FIGURE_POWER_MAX_LIMIT,      /* power.max_limit_mw */
+    MOCK_FIGURE_POWER_DEFAULT_LIMIT,  /* power.default_limit_mw */
+    MOCK_FIGURE_MODULE_DRAW,          /* module_power.current_draw_mw */
+    MOCK_FIGURE_MODULE_ENFORCED_LIMIT,
+    MOCK_FIGURE_MODULE_MIN_LIMIT,
+    MOCK_FIGURE_MODULE_MAX_LIMIT,
+    MOCK_FIGURE_MODULE_DEFAULT_LIMIT,
+    MOCK_FIGURE_MEMORY_TEMPERATURE,   /* thermal.temperature_memory_c: the signature moves it */
+    MOCK_FIGURE_PCIE_TX,              /* pcie.tx_throughput_kbps: the signature moves it */
+    MOCK_FIGURE_PCIE_RX,              /* pcie.rx_throughput_kbps: the signature moves it */
+    MOCK_FIGURE_COUNT
+};
+int mock_figure_u64(const struct mock_config *cfg, unsigned pos, enum mock_figure figure,
+                    unsigned long long *out);
+/* A whole call answering one figure as an unsigned int, as mock_uint_field
+ * answers its field (values.c). */
+nvmlReturn_t mock_uint_figure(nvmlDevice_t device, enum mock_guard guard, enum mock_figure figure,
+                              unsigned int *out);
+
+/* Where an ECC counter counts (the profile's location names, lookup.c). */
+enum mock_ecc_location {
+    MOCK_ECC_TOTAL,
+    MOCK_ECC_L1_CACHE,
+    MOCK_ECC_L2_CACHE,
+    MOCK_ECC_DEVICE_MEMORY,
+    MOCK_ECC_REGISTER_FILE,
+    MOCK_ECC_TEXTURE_MEMORY,
+    MOCK_ECC_TEXTURE_SHM,
+    MOCK_ECC_CBU,
+    MOCK_ECC_SRAM,
+    MOCK_ECC_LOCATION_COUNT
+};
+extern const char *const mock_ecc_location_names[MOCK_ECC_LOCATION_COUNT]
+    __attribute__((visibility("hidden")));
+/* Every ECC counter of a device as mock_ecc_count answers it, by
+ * [counter type][error type][location]; `resolved` is 0 for a device whose
+ * counters grow in this process (an `ecc_uncorrectable` failure), which
+ * mock_ecc_counter then asks mock_ecc_count for. */
+struct mock_ecc_counts {
+    unsigned char resolved, has_ecc;
+    unsigned long long count[NVML_ECC_COUNTER_TYPE_COUNT][NVML_MEMORY_ERROR_TYPE_COUNT]
+                            [MOCK_ECC_LOCATION_COUNT];
+};
+void mock_ecc_fill(const struct mock_config *cfg, unsigned pos, struct mock_ecc_counts *ecc);
+/* mock_ecc_count's answer from the counts resolved for this snapshot;
+ * type and counter are valid (valid_ecc_args). */
+int mock_ecc_counter(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
+                     nvmlEccCounterType_t counter, enum mock_ecc_location where,
+                     unsigned long long *out);
+/* Tells snapshots apart however their memory is reused: the serial of the
+ * first device's board (dynamics.c); 0 without a device (or memory). */
+unsigned long long mock_snapshot_serial(const struct mock_config *cfg);
+/* mock_remapped_rows's answer as resolved for this snapshot. */
+int mock_board_remapped_rows(const struct mock_config *cfg, unsigned pos,
+                             struct mock_remapped_rows *out);
+
 #endif

@@ -249,9 +249,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device,
                                                   unsigned int *value)
 {
     if (counter == NVML_PCIE_UTIL_TX_BYTES)
-        return mock_uint_field(device, MOCK_GUARDED, "pcie.tx_throughput_kbps", value);
+        return mock_uint_figure(device, MOCK_GUARDED, MOCK_FIGURE_PCIE_TX, value);
     if (counter == NVML_PCIE_UTIL_RX_BYTES)
-        return mock_uint_field(device, MOCK_GUARDED, "pcie.rx_throughput_kbps", value);
+        return mock_uint_figure(device, MOCK_GUARDED, MOCK_FIGURE_PCIE_RX, value);
     return NVML_ERROR_INVALID_ARGUMENT;
 }
 

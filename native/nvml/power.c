@@ -21,18 +21,18 @@ MOCK_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int 
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
 {
-    return mock_uint_field(device, MOCK_GUARDED, "power.enforced_limit_mw", limit);
+    return mock_uint_figure(device, MOCK_GUARDED, MOCK_FIGURE_POWER_ENFORCED_LIMIT, limit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
 {
-    return mock_uint_field(device, MOCK_GUARDED, "power.enforced_limit_mw", limit);
+    return mock_uint_figure(device, MOCK_GUARDED, MOCK_FIGURE_POWER_ENFORCED_LIMIT, limit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
                                                                unsigned int *defaultLimit)
 {
-    return mock_uint_field(device, MOCK_GUARDED, "power.default_limit_mw", defaultLimit);
+    return mock_uint_figure(device, MOCK_GUARDED, MOCK_FIGURE_POWER_DEFAULT_LIMIT, defaultLimit);
 }
 
 MOCK_API nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,

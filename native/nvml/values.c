@@ -195,3 +195,21 @@ void mock_truncate_copy(const char *value, char *buf, unsigned int length)
     memcpy(buf, value, len);
     buf[len] = '\0';
 }
+
+nvmlReturn_t mock_uint_figure(nvmlDevice_t device, enum mock_guard guard, enum mock_figure figure,
+                              unsigned int *out)
+{
+    /* mock_uint_field's contract: a NULL output first, then the handle */
+    if (out == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, guard);
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned long long v = 0;
+    int ok = mock_figure_u64(c.cfg, c.pos, figure, &v); /* before v is read */
+    if (!mock_narrow_uint(ok, v, out))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
+}
