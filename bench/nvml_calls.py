@@ -38,7 +38,10 @@ the new value is taken, ``--changes`` times (p50, p99).  Two ways:
   included, then the bump); the clock starts before the converge.
 
 Asserts nothing.
-Run: ``.venv/bin/python bench/nvml_calls.py [--calls 200000] [--changes 200]``.
+Run: ``.venv/bin/python bench/nvml_calls.py [--calls 200000] [--changes 200]``;
+``--library DIR`` times a library built elsewhere (``libnvidia-ml.so.1`` in
+DIR, say another commit's) in place of the tree's: the "before" column of
+a comparison, with the same harness and boards.
 """
 
 from __future__ import annotations
@@ -314,12 +317,18 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200000)
     parser.add_argument("--changes", type=int, default=200,
                         help="changes timed for change -> visible (each way)")
+    parser.add_argument("--library", type=Path,
+                        help="a directory holding the libnvidia-ml.so.1 to time "
+                             "(default: the one built from the tree)")
     args = parser.parse_args()
     cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
     with tempfile.TemporaryDirectory(prefix="mokka-nvml-calls-") as scratch:
         work = Path(scratch)
         built = build_harnesses(work / "lib", cc,
                                 {"harness": HARNESS, "visible": VISIBLE_HARNESS}, work)
+        lib_dir = args.library.resolve() if args.library else work / "lib"
+        if not (lib_dir / "libnvidia-ml.so.1").is_file():
+            parser.error(f"--library {lib_dir}: no libnvidia-ml.so.1 there")
 
         boards: dict[str, Path] = {}
         for board in ("idle", "signature", "held", "dynamic"):
@@ -341,10 +350,10 @@ def main() -> None:
                 (directory / "workload.yaml").write_text(WORKLOAD)
             boards[board] = directory / "config.yaml"
 
-        results = {board: run(built["harness"], work / "lib", config, args.calls)
+        results = {board: run(built["harness"], lib_dir, config, args.calls)
                    for board, config in boards.items()}
         (work / "node").mkdir()
-        visible = change_to_visible(built["visible"], work / "lib", work / "node", args.changes)
+        visible = change_to_visible(built["visible"], lib_dir, work / "node", args.changes)
     # each board's figures against the floor of its own run
     floor = results["idle"]["floor"]
     print(f"per call, {args.calls} calls each; floor: an indirect call to a function "

@@ -365,6 +365,7 @@ static void resolve(const struct mock_config *cfg, unsigned pos, struct mock_boa
             (unsigned char)mock_dev_raw_u64(cfg, pos, FIGURES[f].field, &b->figures[f].u64);
     mock_ecc_fill(cfg, pos, &b->ecc);
     b->has_rows = mock_remapped_rows(cfg, pos, &b->rows);
+    mock_nvlink_fill(cfg, pos, &b->nvlink);
 }
 
 /* The first reader of a snapshot resolves a device's board (board_of in
@@ -390,6 +391,12 @@ const nvmlPciInfo_t *mock_board_pci(const struct mock_config *cfg, unsigned pos)
 {
     const struct mock_board *b = board_of(cfg, pos);
     return b != NULL ? &b->pci : NULL;
+}
+
+const struct mock_nvlink *mock_board_nvlink(const struct mock_config *cfg, unsigned pos)
+{
+    const struct mock_board *b = board_of(cfg, pos);
+    return b != NULL ? &b->nvlink : NULL;
 }
 
 int mock_figure_u64(const struct mock_config *cfg, unsigned pos, enum mock_figure figure,

@@ -248,6 +248,8 @@ struct mock_board {
     struct mock_ecc_counts ecc;
     struct mock_remapped_rows rows;
     int has_rows;
+    /* the links the NVLink getters read (nvlink.c fills them) */
+    struct mock_nvlink nvlink;
     struct reading_cache cache;         /* mutable: see struct reading_cache */
     struct idle_cache idle_cache;       /* mutable: the idle readings of the last tick */
 };

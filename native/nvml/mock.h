@@ -777,6 +777,25 @@ unsigned long long mock_nvlink_data_kib(const struct mock_config *cfg, unsigned 
 unsigned long long mock_nvlink_errors(const struct mock_config *cfg, unsigned pos, unsigned link);
 /* Fills an NVLink field value (scopeId = link); 0 when `v` is no NVLink field. */
 int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v);
+/* A device's links as the engine config and the board's wiring make them,
+ * resolved with its board once per config snapshot (dynamics.c), so the
+ * link getters a poller calls (state, capability, remote device type, the
+ * link fields) format and look up no key. */
+struct mock_nvlink {
+    unsigned link_count;   /* mock_link_count */
+    unsigned switch_links; /* mock_nvswitch_link_count */
+    unsigned up_mask;      /* bit l: link l is up */
+    unsigned char remote_type[NVML_NVLINK_MAX_LINKS]; /* nvmlIntNvLinkDeviceType_t */
+    unsigned char has_bandwidth, has_version, c2c, nvlink5;
+    unsigned long long bandwidth_mbps; /* nvlink.bandwidth_per_link_mbps */
+    unsigned long long version;        /* nvlink.version */
+};
+_Static_assert(NVML_NVLINK_MAX_LINKS <= 32, "the up mask holds every link");
+/* Resolves `links` (zeroed by the caller) from the engine config. */
+void mock_nvlink_fill(const struct mock_config *cfg, unsigned pos, struct mock_nvlink *links);
+/* The device's links as resolved for this snapshot; NULL only without
+ * memory (the caller fills its own). */
+const struct mock_nvlink *mock_board_nvlink(const struct mock_config *cfg, unsigned pos);
 
 /* ----------------------------------------------------- nvlink_wiring.c */
 
@@ -787,8 +806,9 @@ int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValu
  * port a device's link lands on; 0 when it reaches none of the listed switches. */
 int mock_nvlink_wired_switch(const struct mock_config *cfg, unsigned pos, unsigned link,
                              unsigned *sw, unsigned *port);
-/* NVML's packed PCI id (device << 16 | vendor) of the node's NVSwitches. */
-unsigned mock_nvswitch_pci_id(const struct mock_config *cfg);
+/* NVML's packed PCI id of the node's NVSwitches, from the engine config's
+ * `nvlink.switch.<i>.pci_device_id`; 0 when absent. */
+unsigned mock_nvswitch_pci_id(const struct mock_config *cfg, unsigned sw);
 /* On a direct GPU mesh (no NVSwitch): 1 with the position of the GPU a
  * device's link reaches (*peer) and the link of it that it lands on; 0 for
  * any other link and for one the mesh leaves unwired. */

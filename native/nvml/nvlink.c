@@ -17,6 +17,11 @@
  * `mokka ctl util`.  Errors are the ones `mokka ctl nvlink-error` adds
  * (`nvlink_errors.<link>`).  The GPU's fabric identity, which the fabric
  * manager registers over these links, is fabric.c's.
+ *
+ * What the link getters a poller calls read (how many links, which are up,
+ * what each one reaches, the speed and generation) is resolved once per
+ * config snapshot with the device's board (struct mock_nvlink); only the
+ * remote PCI info and field 146 still walk the wiring per call.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -74,25 +79,75 @@ unsigned long long mock_nvlink_errors(const struct mock_config *cfg, unsigned po
 
 /* Whether a link the board has is up: all are, except one a direct mesh
  * leaves without a peer (an odd number of link ends cannot all pair up). */
-static int link_up(const struct mock_config *cfg, unsigned pos, unsigned link)
+static int link_up(const struct mock_config *cfg, unsigned pos, unsigned link,
+                   unsigned remote_type)
 {
     unsigned peer, peer_link;
-    char field[64];
-    snprintf(field, sizeof field, "nvlink.link.%u.remote_type", link);
-    return !mock_dev_is(cfg, pos, field, "gpu") ||
+    return remote_type != NVML_NVLINK_DEVICE_TYPE_GPU ||
            mock_nvlink_wired_gpu(cfg, pos, link, &peer, &peer_link);
 }
 
+/* The kind of a link's far end as the engine config names it
+ * (`nvlink.link.<l>.remote_type`); UNKNOWN when it names none. */
+static unsigned remote_type(const struct mock_config *cfg, unsigned pos, unsigned link)
+{
+    static const struct mock_enum_name types[] = {{"switch", NVML_NVLINK_DEVICE_TYPE_SWITCH},
+                                                  {"gpu", NVML_NVLINK_DEVICE_TYPE_GPU}};
+    char field[64];
+    snprintf(field, sizeof field, "nvlink.link.%u.remote_type", link);
+    unsigned type;
+    if (!mock_enum_lookup(mock_dev_get(cfg, pos, field), types, MOCK_COUNT(types), &type))
+        type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    return type;
+}
+
+void mock_nvlink_fill(const struct mock_config *cfg, unsigned pos, struct mock_nvlink *links)
+{
+    links->link_count = mock_link_count(cfg, pos);
+    for (unsigned l = 0; l < links->link_count; l++) {
+        links->remote_type[l] = (unsigned char)remote_type(cfg, pos, l);
+        links->switch_links += links->remote_type[l] == NVML_NVLINK_DEVICE_TYPE_SWITCH;
+        if (link_up(cfg, pos, l, links->remote_type[l]))
+            links->up_mask |= 1u << l;
+    }
+    unsigned long long n = 0;
+    links->has_bandwidth = mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
+    links->bandwidth_mbps = n;
+    n = 0;
+    links->has_version = mock_cfg_u64(cfg, "nvlink.version", &n);
+    links->version = n;
+    int c2c = 0;
+    mock_parse_bool(mock_cfg_get(cfg, "nvlink.c2c_enabled"), &c2c);
+    links->c2c = c2c != 0;
+    links->nvlink5 = mock_dev_is(cfg, pos, "architecture", "blackwell");
+}
+
+/* The device's links as resolved for this snapshot, or (no memory for its
+ * board) as resolved into `own` now. */
+static const struct mock_nvlink *links_of(const struct mock_config *cfg, unsigned pos,
+                                          struct mock_nvlink *own)
+{
+    const struct mock_nvlink *links = mock_board_nvlink(cfg, pos);
+    if (__builtin_expect(links != NULL, 1))
+        return links;
+    memset(own, 0, sizeof *own);
+    mock_nvlink_fill(cfg, pos, own);
+    return own;
+}
+
 /* Starts a call on one link: INVALID_ARGUMENT beyond NVML's link range,
- * NOT_SUPPORTED for a link the board does not have. */
-static nvmlReturn_t begin_link(struct mock_call *c, nvmlDevice_t device, unsigned link)
+ * NOT_SUPPORTED for a link the board does not have; *links the device's
+ * links (the snapshot's, so valid until mock_end; else `own`). */
+static nvmlReturn_t begin_link(struct mock_call *c, nvmlDevice_t device, unsigned link,
+                               struct mock_nvlink *own, const struct mock_nvlink **links)
 {
     if (link >= NVML_NVLINK_MAX_LINKS)
         return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t r = mock_begin(c, device, MOCK_GUARDED);
     if (r != NVML_SUCCESS)
         return r;
-    if (link >= mock_link_count(c->cfg, c->pos)) {
+    *links = links_of(c->cfg, c->pos, own);
+    if (link >= (*links)->link_count) {
         mock_end(c);
         return NVML_ERROR_NOT_SUPPORTED;
     }
@@ -105,10 +160,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int
     if (isActive == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
+    struct mock_nvlink own;
+    const struct mock_nvlink *links;
+    nvmlReturn_t r = begin_link(&c, device, link, &own, &links);
     if (r != NVML_SUCCESS)
         return r;
-    *isActive = link_up(c.cfg, c.pos, link) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    *isActive = links->up_mask >> link & 1 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     mock_end(&c);
     return r;
 }
@@ -119,14 +176,15 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned i
     if (version == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
+    struct mock_nvlink own;
+    const struct mock_nvlink *links;
+    nvmlReturn_t r = begin_link(&c, device, link, &own, &links);
     if (r != NVML_SUCCESS)
         return r;
     /* The NVLink generation, as the 535 driver reports it (4 on Hopper). */
-    unsigned long long v = 0;
-    if (!mock_cfg_u64(c.cfg, "nvlink.version", &v))
+    if (!links->has_version)
         r = NVML_ERROR_NOT_SUPPORTED;
-    *version = (unsigned)v;
+    *version = (unsigned)links->version;
     mock_end(&c);
     return r;
 }
@@ -138,11 +196,11 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigne
     if (capResult == NULL || (unsigned)capability >= NVML_NVLINK_CAP_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
+    struct mock_nvlink own;
+    const struct mock_nvlink *links;
+    nvmlReturn_t r = begin_link(&c, device, link, &own, &links);
     if (r != NVML_SUCCESS)
         return r;
-    int c2c = 0;
-    mock_parse_bool(mock_cfg_get(c.cfg, "nvlink.c2c_enabled"), &c2c);
     switch (capability) {
     case NVML_NVLINK_CAP_P2P_SUPPORTED:
     case NVML_NVLINK_CAP_P2P_ATOMICS:
@@ -151,7 +209,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigne
         break;
     case NVML_NVLINK_CAP_SYSMEM_ACCESS:
     case NVML_NVLINK_CAP_SYSMEM_ATOMICS:
-        *capResult = (unsigned)c2c; /* only Grace-attached GPUs reach host memory this way */
+        *capResult = links->c2c; /* only Grace-attached GPUs reach host memory this way */
         break;
     default:
         *capResult = 0;
@@ -170,7 +228,9 @@ static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t
     if (pci == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
+    struct mock_nvlink own;
+    const struct mock_nvlink *links;
+    nvmlReturn_t r = begin_link(&c, device, link, &own, &links);
     if (r != NVML_SUCCESS)
         return r;
     char field[64];
@@ -196,7 +256,7 @@ static nvmlReturn_t remote_pci(nvmlDevice_t device, unsigned link, nvmlPciInfo_t
         if (full)
             mock_truncate_copy(bus_id, pci->busId, sizeof pci->busId);
         if (to_switch) {
-            pci->pciDeviceId = pci->pciSubSystemId = mock_nvswitch_pci_id(c.cfg);
+            pci->pciDeviceId = pci->pciSubSystemId = mock_nvswitch_pci_id(c.cfg, sw);
         } else if (mock_find_bus_id(c.cfg, bus_id, &peer)) {
             unsigned vendor = 0, id = 0;
             pci->pciDeviceId = mock_pci_device_id(c.cfg, peer);
@@ -229,17 +289,12 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, u
     if (pNvLinkDeviceType == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
+    struct mock_nvlink own;
+    const struct mock_nvlink *links;
+    nvmlReturn_t r = begin_link(&c, device, link, &own, &links);
     if (r != NVML_SUCCESS)
         return r;
-    static const struct mock_enum_name types[] = {{"switch", NVML_NVLINK_DEVICE_TYPE_SWITCH},
-                                                  {"gpu", NVML_NVLINK_DEVICE_TYPE_GPU}};
-    char field[64];
-    snprintf(field, sizeof field, "nvlink.link.%u.remote_type", link);
-    unsigned type;
-    if (!mock_enum_lookup(mock_dev_get(c.cfg, c.pos, field), types, MOCK_COUNT(types), &type))
-        type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
-    *pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)type;
+    *pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)links->remote_type[link];
     mock_end(&c);
     return r;
 }
@@ -262,7 +317,9 @@ MOCK_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsig
     if (counterValue == NULL || (unsigned)counter >= NVML_NVLINK_ERROR_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct mock_call c;
-    nvmlReturn_t r = begin_link(&c, device, link);
+    struct mock_nvlink own;
+    const struct mock_nvlink *links;
+    nvmlReturn_t r = begin_link(&c, device, link, &own, &links);
     if (r != NVML_SUCCESS)
         return r;
     *counterValue = link_error_count(c.cfg, c.pos, link, counter);
@@ -336,15 +393,15 @@ static int scope_links(unsigned scope, unsigned links, unsigned *first, unsigned
 
 int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v)
 {
-    unsigned links = mock_link_count(cfg, pos), first, count;
-    unsigned long long n = 0;
-    int link, found;
+    struct mock_nvlink own;
+    const struct mock_nvlink *resolved = links_of(cfg, pos, &own);
+    unsigned links = resolved->link_count, first, count;
+    unsigned long long n = 0, speed = resolved->bandwidth_mbps;
+    int link, found, has_speed = resolved->has_bandwidth, nvlink5 = resolved->nvlink5;
     nvmlNvLinkErrorCounter_t counter;
-    int nvlink5 = mock_dev_is(cfg, pos, "architecture", "blackwell");
 
     if ((link = nvlink_speed_link(v->fieldId)) >= 0) {
-        found = (unsigned)link < links && mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
-        mock_field_uint(v, found, n);
+        mock_field_uint(v, (unsigned)link < links && has_speed, speed);
         return 1;
     }
     if (link_error_field(v->fieldId, &link, &counter)) {
@@ -361,25 +418,22 @@ int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValu
         mock_field_uint(v, 1, links);
         return 1;
     case NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT:
-        mock_field_uint(v, 1, mock_nvswitch_link_count(cfg, pos));
+        mock_field_uint(v, 1, resolved->switch_links);
         return 1;
     case NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
-        found = links > 0 && mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
-        mock_field_uint(v, found, n);
+        mock_field_uint(v, links > 0 && has_speed, speed);
         return 1;
     case NVML_FI_DEV_NVLINK_GET_SPEED:
-        found = v->scopeId < links && mock_cfg_u64(cfg, "nvlink.bandwidth_per_link_mbps", &n);
-        mock_field_uint(v, found, n);
+        mock_field_uint(v, v->scopeId < links && has_speed, speed);
         return 1;
     case NVML_FI_DEV_NVLINK_GET_STATE:
         found = v->scopeId < links;
         mock_field_uint(v, found,
-                        found && link_up(cfg, pos, v->scopeId) ? NVML_FEATURE_ENABLED
-                                                               : NVML_FEATURE_DISABLED);
+                        found && resolved->up_mask >> v->scopeId & 1 ? NVML_FEATURE_ENABLED
+                                                                     : NVML_FEATURE_DISABLED);
         return 1;
     case NVML_FI_DEV_NVLINK_GET_VERSION:
-        found = v->scopeId < links && mock_cfg_u64(cfg, "nvlink.version", &n);
-        mock_field_uint(v, found, n);
+        mock_field_uint(v, v->scopeId < links && resolved->has_version, resolved->version);
         return 1;
     case NVML_FI_DEV_NVLINK_GET_POWER_STATE:
         mock_field_uint(v, v->scopeId < links, NVML_NVLINK_POWER_STATE_HIGH_SPEED);
@@ -392,7 +446,7 @@ int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValu
         found = v->scopeId < links;
         if (found && !mock_nvlink_wired_switch(cfg, pos, v->scopeId, &sw, &port) &&
             !mock_nvlink_wired_gpu(cfg, pos, v->scopeId, &peer, &port))
-            found = link_up(cfg, pos, v->scopeId);
+            found = resolved->up_mask >> v->scopeId & 1;
         mock_field_uint(v, found, port);
         return 1;
     }

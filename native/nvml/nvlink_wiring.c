@@ -92,17 +92,18 @@ int mock_nvlink_wired_switch(const struct mock_config *cfg, unsigned pos, unsign
     return 1;
 }
 
-/* NVML's packed PCI id (device << 16 | vendor) of the node's NVSwitches,
- * for both pciDeviceId and pciSubSystemId: the pcibus simulator gives
- * them NVIDIA's vendor and their device id as subsystem ids too.  The id
- * is the daemon's, the one it stages in sysfs (nvswitch_device_id in
- * mokka/simulators/pcibus/hierarchy.py): every switch of a node has the
- * same, so the first switch's answers.  0 when the engine config names
- * none (a hand-written config). */
-unsigned mock_nvswitch_pci_id(const struct mock_config *cfg)
+/* NVML's packed PCI id (device << 16 | vendor) of switch `sw`, for both
+ * pciDeviceId and pciSubSystemId: the pcibus simulator gives the switches
+ * NVIDIA's vendor and their device id as subsystem ids too.  The id is the
+ * daemon's, the one it stages in sysfs (nvswitch_device_id in
+ * mokka/simulators/pcibus/hierarchy.py).  0 when the engine config names
+ * none for it (a hand-written config). */
+unsigned mock_nvswitch_pci_id(const struct mock_config *cfg, unsigned sw)
 {
+    char field[64];
     unsigned long long id = 0;
-    if (!mock_cfg_u64(cfg, "nvlink.switch.0.pci_device_id", &id) || id == 0 || id > 0xffff)
+    snprintf(field, sizeof field, "nvlink.switch.%u.pci_device_id", sw);
+    if (!mock_cfg_u64(cfg, field, &id) || id == 0 || id > 0xffff)
         return 0;
     return (unsigned)id << 16 | NVIDIA_VENDOR;
 }
