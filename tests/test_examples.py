@@ -35,7 +35,7 @@ EXPECTED: dict[str, list[str]] = {
         r"NVRM: .*Xid \(PCI:0000:53:00\): 63, .*",
         r"NVRM: .*Xid \(PCI:0000:53:00\): 94, .*Contained ECC error\.",
         r"kernel log: 6 Xid line\(s\) for GPU 0",
-        # The real nvidia-smi reads the climbing uncorrectable ECC counter.
+        # The real nvidia-smi reads the injected uncorrectable ECC error.
         r"GPU 0 uncorrectable ECC errors \(volatile\): [1-9]\d*",
         r"0\s+failure\.mode\s+ecc_uncorrectable",
         r"gpu 0 \(GPU-[0-9a-f-]+\): overrides removed; applied by the daemon .*",

@@ -205,8 +205,8 @@ def test_a_lost_gpu_prints_as_the_real_tool_prints_it(
 
 
 def test_ecc_storm_prints_the_same_table(native: Path, smi: Path, tmp_path: Path):
-    """Every guarded call adds an error, so the counts differ by how many
-    calls each tool makes; the layout does not."""
+    """An injected uncorrectable error reads alike in both tools, and so
+    does the layout."""
     config = write_config(tmp_path, failing("h100", "ecc_uncorrectable", 1))
     real, ours = both(native, smi, config)
     strip = re.compile(r"\|\s+\d+ \|$")

@@ -131,6 +131,11 @@ except nv.NVMLError as error:
 _, recent = nv.nvmlDeviceGetSamples(handle, 1, newest - 2 * 166667)
 out["after_two_periods"] = [s.timeStamp for s in recent]
 out["newest"] = newest
+# what the getters read at the same time: pinned utilization loads the board
+out["now"] = {"0": nv.nvmlDeviceGetPowerUsage(handle),
+              "2": nv.nvmlDeviceGetUtilizationRates(handle).memory,
+              "5": nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM),
+              "6": nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM)}
 print(json.dumps(out))
 """
 
@@ -139,9 +144,13 @@ def test_get_samples_per_type_and_since_a_timestamp(native: Path, tmp_path: Path
     state = state_with("h100", tmp_path, ["util", "--gpu", "0", "--gpu-pct", "65"])
     got = run_pynvml(native, write_config(tmp_path, state), SAMPLES_SCRIPT)
     gpu = state.gpus[0].fields
+    now = got["now"]
+    # 65 % pinned loads the board as a workload would (docs/nvml.md, linked readings)
+    assert now["5"] > gpu["clocks"]["sm_current"]
+    assert now["0"] > gpu["power"]["current_draw_mw"]
     expected = {
-        "0": gpu["power"]["current_draw_mw"], "1": 65, "2": gpu["utilization"]["memory"],
-        "3": 0, "4": 0, "5": gpu["clocks"]["sm_current"], "6": gpu["clocks"]["memory_current"],
+        "0": now["0"], "1": 65, "2": now["2"],
+        "3": 0, "4": 0, "5": now["5"], "6": now["6"],
         "8": 0, "9": 0,
     }
     for kind, value in expected.items():

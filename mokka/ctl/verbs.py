@@ -145,10 +145,11 @@ class _Parents:
 
 
 def _fail_flags(v: argparse.ArgumentParser) -> None:
-    # The triggers are the mock library's: counted per process, sticky once fired.
+    # The triggers are the mock library's: counted per process, sticky once fired
+    # (lost and fallen_off_bus only: an ECC injection is node state).
     v.add_argument("--mode", required=True, choices=FAILURE_MODES, help=(
         "lost, fallen_off_bus: guarded NVML calls return GPU_IS_LOST; ecc_uncorrectable: "
-        "the uncorrectable ECC counters climb; healthy: no failure"))
+        "one uncorrectable ECC error (node state; triggers do not apply); healthy: no failure"))
     v.add_argument("--after-calls", type=int, metavar="N", help="fail after N guarded NVML calls")
     v.add_argument("--probability", type=float, metavar="P", help="fail each call with P (0..1)")
     v.add_argument("--seed", type=int, metavar="S", help="seed of the probability draw")

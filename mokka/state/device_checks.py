@@ -24,7 +24,7 @@ FAILURE_KEYS = ("mode", "after_calls", "probability", "seed", "xid")
 #: ``mokka.state.compile``); ``mokka ctl`` writes a random one each time.
 XID_KEYS = ("code", "id")
 #: ``lost`` and ``fallen_off_bus`` make guarded NVML calls return GPU_IS_LOST;
-#: ``ecc_uncorrectable`` makes the ECC counters climb.
+#: ``ecc_uncorrectable`` is one uncorrectable ECC error every process sees.
 FAILURE_MODES = ("healthy", "lost", "fallen_off_bus", "ecc_uncorrectable")
 #: ``auto``: in progress until the fabric manager's readiness marker exists.
 FABRIC_STATES = ("completed", "in_progress", "not_started", "not_supported", "auto")

@@ -498,9 +498,12 @@ void mock_derive(const struct mock_board *b, const struct mock_load *loaded, uns
     /* power */
     double power;
     int capped = 0;
-    if (b->pins & PIN_POWER)
+    if (b->pins & PIN_POWER) {
+        /* a draw pinned at or over the enforced limit is the SW power cap,
+         * as when the formula's draw reaches it */
         power = b->power;
-    else if (b->p_power.kind != PATTERN_NONE)
+        capped = b->has_limit && power >= b->limit;
+    } else if (b->p_power.kind != PATTERN_NONE)
         power = mock_draw_mw(b->base_power, b->limit, b->has_limit, 1,
                              mock_pattern_value(&b->p_power, pos, t, b->step), &capped);
     else

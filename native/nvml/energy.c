@@ -75,7 +75,7 @@ static void draw_model_of(const struct mock_board *b, const struct mock_load *lo
     m->limit_mw = b->limit;
     m->has_limit = b->has_limit;
     m->base_mj = b->energy_base;
-    int capped, active = load->holders > 0 || b->dynamic;
+    int capped, active = mock_board_driven(b, load);
     if (b->pins & PIN_POWER) {
         m->constant_mw = fmax(b->power, 0); /* what the board reports */
     } else if (!active) {

@@ -1,5 +1,5 @@
 /*
- * Event sets and Xid delivery.
+ * Event sets, and the delivery of Xids and double-bit ECC errors.
  *
  * Injected Xids are listed in the engine config (`xid.<i>.id`, `.gpu`,
  * `.code`).  As in NVML, every event set registered for XID_CRITICAL_ERROR
@@ -26,6 +26,12 @@
  * only waits for events sees the GPU go; the fall is identified by its
  * failure spec, so a set hears of it once, and a set registered after it
  * does not.
+ *
+ * An injected uncorrectable ECC error (`ecc_uncorrectable`, failure.c) is
+ * one double-bit ECC event, delivered the same way to each set registered
+ * for double-bit errors on the device before the injection, once, in
+ * every process (the injection's id is the config's, not the process's),
+ * with eventData 0 as nvml.h gives it for every event but a Xid.
  *
  * A health loop polls (a zero timeout) in every round, and on a quiet node
  * nothing is new: a set remembers the snapshot whose whole scan found
@@ -65,7 +71,7 @@ static const unsigned long long SUPPORTED_EVENTS =
     nvmlEventTypeXidCriticalError | nvmlEventTypeClock;
 
 struct xid_seen {
-    unsigned long long key; /* xid_key: the device and the Xid's id */
+    unsigned long long key; /* event_key: the device and the event's identity */
     int listed;             /* the snapshot being scanned lists it */
 };
 
@@ -78,10 +84,14 @@ struct nvmlEventSet_st {
     unsigned long long quiet; /* snapshot serial whose scan found nothing new; 0: none */
 };
 
-/* One Xid of a snapshot, on a device this process sees. */
-struct xid_event {
+/* The events a set accounts for one by one: those the config lists. */
+#define NODE_EVENTS (nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError)
+
+/* One event of a snapshot, on a device this process sees. */
+struct node_event {
     unsigned pos;
-    unsigned long long key, code;
+    unsigned long long type;         /* nvmlEventType: a Xid or a double-bit error */
+    unsigned long long key, data;    /* data: the Xid's code; 0 for other events */
 };
 
 static int set_valid(nvmlEventSet_t set)
@@ -89,9 +99,10 @@ static int set_valid(nvmlEventSet_t set)
     return set != NULL && set->magic == EVENT_SET_MAGIC;
 }
 
-/* FNV-1a over the device, a tag and the Xid's identity: equal Xids, equal
- * keys, and a listed id never meets a fall's key. */
-static unsigned long long xid_key(unsigned pos, char tag, const void *id, size_t len)
+/* FNV-1a over the device, a tag and the event's identity: equal events,
+ * equal keys, and a listed Xid's id never meets a fall's or an ECC
+ * injection's key. */
+static unsigned long long event_key(unsigned pos, char tag, const void *id, size_t len)
 {
     unsigned long long h = 0xcbf29ce484222325ULL;
     const unsigned char *bytes[] = {(const unsigned char *)&pos, (const unsigned char *)&tag, id};
@@ -102,25 +113,37 @@ static unsigned long long xid_key(unsigned pos, char tag, const void *id, size_t
     return h;
 }
 
-/* Entries 0..count-1 of xid_event: the config's listed Xids, then one slot
- * per device for a fall off the bus. */
-static unsigned xid_slots(const struct mock_config *cfg, unsigned *listed)
+/* Entries 0..count-1 of node_event: the config's listed Xids, then one
+ * slot per device for a fall off the bus, then one per device for an ECC
+ * injection. */
+static unsigned event_slots(const struct mock_config *cfg, unsigned *listed)
 {
     *listed = 0;
     mock_cfg_list_len(cfg, "xid_count", "xid.", listed);
-    return *listed + cfg->device_count;
+    return *listed + 2 * cfg->device_count;
 }
 
-/* Slot `i`: 1 and *out when it holds a Xid on a device this process sees. */
-static int xid_event(const struct mock_config *cfg, unsigned listed, unsigned i,
-                     struct xid_event *out)
+/* Slot `i`: 1 and *out when it holds an event on a device this process sees. */
+static int node_event(const struct mock_config *cfg, unsigned listed, unsigned i,
+                      struct node_event *out)
 {
+    if (i >= listed + cfg->device_count) {
+        unsigned pos = i - listed - cfg->device_count;
+        unsigned long long id;
+        if (pos >= MOCK_MAX_DEVICES || cfg->ordinal[pos] < 0 ||
+            !mock_failure_ecc_injection(cfg, pos, &id))
+            return 0;
+        *out = (struct node_event){pos, nvmlEventTypeDoubleBitEccError,
+                                   event_key(pos, 'e', &id, sizeof id), 0};
+        return 1;
+    }
     if (i >= listed) {
         unsigned pos = i - listed;
         unsigned long long spec;
         if (pos >= MOCK_MAX_DEVICES || !mock_failure_fell_off(cfg, pos, &spec))
             return 0;
-        *out = (struct xid_event){pos, xid_key(pos, 'f', &spec, sizeof spec), XID_FALLEN_OFF_BUS};
+        *out = (struct node_event){pos, nvmlEventTypeXidCriticalError,
+                                   event_key(pos, 'f', &spec, sizeof spec), XID_FALLEN_OFF_BUS};
         return 1;
     }
     char key[64];
@@ -134,7 +157,8 @@ static int xid_event(const struct mock_config *cfg, unsigned listed, unsigned i,
         return 0;
     if (gpu >= cfg->device_count || gpu >= MOCK_MAX_DEVICES || cfg->ordinal[gpu] < 0)
         return 0; /* a GPU this process cannot see */
-    *out = (struct xid_event){(unsigned)gpu, xid_key((unsigned)gpu, 'x', id, strlen(id)), code};
+    *out = (struct node_event){(unsigned)gpu, nvmlEventTypeXidCriticalError,
+                               event_key((unsigned)gpu, 'x', id, strlen(id)), code};
     return 1;
 }
 
@@ -234,19 +258,24 @@ MOCK_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned lon
     if (r != NVML_SUCCESS)
         return r;
     pthread_mutex_lock(&set->lock);
-    if ((eventTypes & nvmlEventTypeXidCriticalError) &&
-        !(set->mask[c.pos] & nvmlEventTypeXidCriticalError)) {
-        /* Recording starts now: the device's Xids so far are accounted for. */
-        unsigned listed, slots = xid_slots(c.cfg, &listed), before = 0;
-        struct xid_event event;
+    unsigned long long starting = eventTypes & NODE_EVENTS & ~set->mask[c.pos];
+    if (starting) {
+        /* Recording starts now: the device's events so far are accounted for. */
+        unsigned listed, slots = event_slots(c.cfg, &listed), before = 0;
+        struct node_event event;
         for (unsigned i = 0; i < slots; i++)
-            if (xid_event(c.cfg, listed, i, &event) && event.pos == c.pos) {
+            if (node_event(c.cfg, listed, i, &event) && event.pos == c.pos &&
+                (event.type & starting)) {
                 seen_add(set, event.key);
                 before++;
             }
-        /* says when recording starts: a Xid raised before this is not the set's */
-        mock_debug("event set %p records the Xids of device %u from now on (%u before)",
-                   (void *)set, c.pos, before);
+        /* says when recording starts: an event raised before this is not the set's */
+        mock_debug("event set %p records the %s of device %u from now on (%u before)",
+                   (void *)set,
+                   starting == NODE_EVENTS ? "Xids and double-bit ECC errors"
+                   : starting == nvmlEventTypeXidCriticalError ? "Xids"
+                                                               : "double-bit ECC errors",
+                   c.pos, before);
     }
     set->mask[c.pos] |= eventTypes;
     set->quiet = 0; /* what a scan finds may have changed */
@@ -265,9 +294,10 @@ static int may_fall(const struct mock_config *cfg, nvmlEventSet_t set)
     return 0;
 }
 
-/* Takes the first Xid of the snapshot that is new to this set, on a device
- * it listens to, and forgets the ones the snapshot no longer lists. */
-static int take_xid(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEventData_t *out)
+/* Takes the first event of the snapshot that is new to this set, of a type
+ * it listens to on that device, and forgets the ones the snapshot no
+ * longer lists. */
+static int take_event(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEventData_t *out)
 {
     unsigned long long serial = mock_snapshot_serial(cfg);
     pthread_mutex_lock(&set->lock);
@@ -275,14 +305,13 @@ static int take_xid(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEvent
         pthread_mutex_unlock(&set->lock); /* scanned already: nothing new */
         return 0;
     }
-    unsigned listed, slots = xid_slots(cfg, &listed);
-    struct xid_event event, fresh;
+    unsigned listed, slots = event_slots(cfg, &listed);
+    struct node_event event, fresh;
     int pending = 0, taken = 0;
     for (size_t i = 0; i < set->seen_count; i++)
         set->seen[i].listed = 0;
     for (unsigned i = 0; i < slots; i++) {
-        if (!xid_event(cfg, listed, i, &event) ||
-            !(set->mask[event.pos] & nvmlEventTypeXidCriticalError))
+        if (!node_event(cfg, listed, i, &event) || !(set->mask[event.pos] & event.type))
             continue;
         int found;
         size_t at = seen_find(set, event.key, &found);
@@ -296,8 +325,8 @@ static int take_xid(const struct mock_config *cfg, nvmlEventSet_t set, nvmlEvent
     seen_prune(set);
     if (pending && seen_add(set, fresh.key)) {
         out->device = mock_handle(fresh.pos);
-        out->eventType = nvmlEventTypeXidCriticalError;
-        out->eventData = fresh.code;
+        out->eventType = fresh.type;
+        out->eventData = fresh.data;
         out->gpuInstanceId = 0xFFFFFFFFu; /* not a MIG device */
         out->computeInstanceId = 0xFFFFFFFFu;
         taken = 1;
@@ -329,7 +358,7 @@ MOCK_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
             return NVML_ERROR_UNINITIALIZED;
         nvmlEventData_t event;
         memset(&event, 0, sizeof event);
-        int taken = take_xid(cfg, set, &event);
+        int taken = take_event(cfg, set, &event);
         mock_release(cfg);
         if (taken) {
             *data = event;

@@ -1,31 +1,41 @@
 /*
- * Failure injection, per process.
+ * Failure injection.
  *
  * Each device may carry a failure spec in the engine config:
  *   failure.mode          healthy | lost | fallen_off_bus | ecc_uncorrectable
  *   failure.after_calls   the first N guarded calls succeed, then it trips
  *   failure.probability   each guarded call trips it with this probability
  *   failure.seed          seeds that draw, so a run is reproducible
- * Neither trigger: the failure is active at once.  Once tripped it stays
- * tripped for the life of the process ("sticky"), like a GPU that fell off
- * the bus.  A changed spec (e.g. `mokka ctl reset`) starts over, so a
- * runtime override can both break and heal a GPU in running processes.
  *
- * lost / fallen_off_bus: guarded calls return NVML_ERROR_GPU_IS_LOST.
- * fallen_off_bus also raises Xid 79, as the driver logs it for such a GPU,
- * unless the spec names a Xid of its own (failure.xid, delivered through
- * the Xid list): events.c delivers it to each event set registered before
- * the fall, from the moment the failure is active (mock_failure_fell_off).
- * `lost` stands for a GPU that is gone without a word, and raises nothing.
- * ecc_uncorrectable: calls still succeed, but every guarded call after the
- * trip adds one uncorrectable (double-bit) ECC error to the counters.
+ * lost / fallen_off_bus are per process: guarded calls return
+ * NVML_ERROR_GPU_IS_LOST.  Neither trigger: the failure is active at once.
+ * Once tripped it stays tripped for the life of the process ("sticky"),
+ * like a GPU that fell off the bus.  A changed spec (e.g. `mokka ctl
+ * reset`) starts over, so a runtime override can both break and heal a GPU
+ * in running processes.  fallen_off_bus also raises Xid 79, as the driver
+ * logs it for such a GPU, unless the spec names a Xid of its own
+ * (failure.xid, delivered through the Xid list): events.c delivers it to
+ * each event set registered before the fall, from the moment the failure
+ * is active (mock_failure_fell_off).  `lost` stands for a GPU that is gone
+ * without a word, and raises nothing.
+ *
+ * ecc_uncorrectable is node state, not a process's: while the config lists
+ * it, the device has had one uncorrectable (double-bit) error in its
+ * memory, which every process reads alike (memory.c: the counters, the
+ * retired page or the remapped row) and which events.c delivers as one
+ * double-bit ECC event to each set registered before it
+ * (mock_failure_ecc_injection).  Calls keep working, and the triggers,
+ * which count a process's calls, do not apply: two processes reading at
+ * the same instant must agree.  So the injection is identified by its mode
+ * alone: a trigger changed under it is no new error; a reset heals the
+ * device, and a later injection is a new one.
  *
  * The spec is read once per snapshot (mock_failure_prepare), so a call on a
- * healthy device tests one byte (mock_failure_armed).  A call on an armed
- * one counts and draws with atomics, no lock: only a changed spec takes the
- * lock, to start the device's state over.  A call racing that restart may
- * still count under the old spec, which only shifts `after_calls` by the
- * calls in flight at the moment of the change.
+ * device with no per-call failure tests one byte (mock_failure_armed).  A
+ * call on an armed one counts and draws with atomics, no lock: only a
+ * changed spec takes the lock, to start the device's state over.  A call
+ * racing that restart may still count under the old spec, which only
+ * shifts `after_calls` by the calls in flight at the moment of the change.
  */
 #include <pthread.h>
 #include <string.h>
@@ -35,7 +45,6 @@
 struct failure_state {
     unsigned long long spec;       /* id of the spec this state counts for; 0: none */
     unsigned long long calls;      /* guarded calls seen under this spec */
-    unsigned long long ecc_extra;  /* uncorrectable errors added since the trip */
     unsigned long long rng;        /* xorshift64 state for `probability` */
     int tripped;
 };
@@ -73,7 +82,8 @@ void mock_failure_prepare(struct mock_config *cfg)
         const char *words[] = {mode, mock_dev_get(cfg, pos, "failure.after_calls"),
                                mock_dev_get(cfg, pos, "failure.probability"),
                                mock_dev_get(cfg, pos, "failure.seed")};
-        f->id = spec_id(words, MOCK_COUNT(words));
+        /* an ECC injection takes no trigger: its mode alone identifies it */
+        f->id = spec_id(words, f->mode == MOCK_FAILURE_ECC ? 1 : MOCK_COUNT(words));
         f->raises_xid = strcmp(mode, "fallen_off_bus") == 0 &&
                         mock_dev_get(cfg, pos, "failure.xid.code") == NULL;
         f->has_after = mock_parse_u64(words[1], &f->after);
@@ -112,7 +122,6 @@ static void start_over(struct failure_state *st, const struct mock_failure_spec 
         unsigned long long rng = (f->seed ^ 0x9E3779B97F4A7C15ULL) + pos * 0x100000001B3ULL;
         __atomic_store_n(&st->rng, rng ? rng : 1, __ATOMIC_RELAXED);
         __atomic_store_n(&st->calls, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&st->ecc_extra, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&st->tripped, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&st->spec, f->id, __ATOMIC_RELEASE);
     }
@@ -138,17 +147,18 @@ nvmlReturn_t mock_failure_check(const struct mock_config *cfg, unsigned pos)
             return NVML_SUCCESS;
         __atomic_store_n(&st->tripped, 1, __ATOMIC_RELEASE);
     }
-    if (f->mode == MOCK_FAILURE_LOST)
-        return NVML_ERROR_GPU_IS_LOST;
-    __atomic_add_fetch(&st->ecc_extra, 1, __ATOMIC_RELAXED);
-    return NVML_SUCCESS;
+    return NVML_ERROR_GPU_IS_LOST; /* only a per-call failure is armed */
 }
 
-unsigned long long mock_failure_ecc_extra(unsigned pos)
+int mock_failure_ecc_injection(const struct mock_config *cfg, unsigned pos,
+                               unsigned long long *id)
 {
-    if (pos >= MOCK_MAX_DEVICES)
+    if (pos >= MOCK_MAX_DEVICES || pos >= cfg->device_count ||
+        cfg->failure[pos].mode != MOCK_FAILURE_ECC)
         return 0;
-    return __atomic_load_n(&g_failures[pos].ecc_extra, __ATOMIC_RELAXED);
+    if (id != NULL)
+        *id = cfg->failure[pos].id;
+    return 1;
 }
 
 int mock_failure_fell_off(const struct mock_config *cfg, unsigned pos, unsigned long long *spec)

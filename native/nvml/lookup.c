@@ -253,13 +253,10 @@ const char *const mock_ecc_location_names[MOCK_ECC_LOCATION_COUNT] = {
 
 /* Every counter asked of mock_ecc_count once (it spells the keys two ways
  * and formats them, too much for a polling loop's every call).  Its answer
- * is the snapshot's alone unless an `ecc_uncorrectable` failure adds this
- * process's errors: such a device stays unresolved. */
+ * is the snapshot's alone, an injected error included (node state). */
 void mock_ecc_fill(const struct mock_config *cfg, unsigned pos, struct mock_ecc_counts *ecc)
 {
     memset(ecc, 0, sizeof *ecc);
-    if (mock_dev_is(cfg, pos, "failure.mode", "ecc_uncorrectable"))
-        return;
     ecc->resolved = 1;
     for (unsigned counter = 0; counter < NVML_ECC_COUNTER_TYPE_COUNT; counter++)
         for (unsigned type = 0; type < NVML_MEMORY_ERROR_TYPE_COUNT; type++)

@@ -7,6 +7,14 @@
  * derived here from one set of fields so they always agree.  The
  * processes using that memory are processes.c's.  A MIG device answers
  * for its GPU instance: its memory, its share of BAR1, no ECC errors yet.
+ *
+ * An injected uncorrectable ECC error (`ecc_uncorrectable`, failure.c) is
+ * node state: the error counters of device memory count it, and the board
+ * deals with it as its generation does, a Turing board by retiring the
+ * page (a double-bit retirement, pending until the GPU resets), an Ampere
+ * or later one by remapping the row (an uncorrectable remap, pending until
+ * the reset, so the bank histogram does not move yet).  Every figure here
+ * is a function of the config alone, so every process answers the same.
  */
 #include <stdio.h>
 #include <string.h>
@@ -163,7 +171,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device,
  *   ecc.errors.<volatile|aggregate>.<single_bit|double_bit>.<location>
  *   ecc.errors.<volatile|aggregate>.<sram|dram>_<correctable|uncorrectable>
  * (the second is how Hopper and later report them).  Device memory and the
- * totals include the errors an `ecc_uncorrectable` failure has accumulated.
+ * totals include the error an `ecc_uncorrectable` injection adds.
  * Returns 0 when the board has no ECC at all. */
 int mock_ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorType_t type,
                    nvmlEccCounterType_t counter, const char *location, unsigned long long *out)
@@ -189,8 +197,8 @@ int mock_ecc_count(const struct mock_config *cfg, unsigned pos, nvmlMemoryErrorT
             value += part;
     }
     if (!corrected && (strcmp(location, "device_memory") == 0 || strcmp(location, "total") == 0) &&
-        mock_dev_is(cfg, pos, "failure.mode", "ecc_uncorrectable"))
-        value += mock_failure_ecc_extra(pos);
+        mock_failure_ecc_injection(cfg, pos, NULL))
+        value += MOCK_ECC_INJECTED_ERRORS;
     *out = value;
     return 1;
 }
@@ -305,6 +313,26 @@ MOCK_API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device,
 
 /* ------------------------------------------------- retired pages, row remap */
 
+/* Whether the board retires pages (it lists its double-bit retirements):
+ * an injected error then retires one, which *page (optional) names, a page
+ * of its memory drawn from the injection's id. */
+static int injected_retirement(const struct mock_config *cfg, unsigned pos,
+                               unsigned long long *page)
+{
+    unsigned long long id, total = 0;
+    unsigned count;
+    if (!mock_failure_ecc_injection(cfg, pos, &id) ||
+        (!mock_dev_list_len(cfg, pos, "retired_pages.double_bit_retirement.addresses", &count) &&
+         !mock_dev_uint(cfg, pos, "retired_pages.double_bit_retirement.count", &count)))
+        return 0;
+    if (page != NULL) {
+        unsigned long long pages = mock_dev_u64(cfg, pos, "memory.total_bytes", &total)
+                                       ? total >> 12 : 0;
+        *page = pages ? id % pages : id & 0xFFFFF; /* a 4 KiB page's number */
+    }
+    return 1;
+}
+
 static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
                                   unsigned int *pageCount, unsigned long long *addresses,
                                   unsigned long long *timestamps)
@@ -329,16 +357,23 @@ static nvmlReturn_t retired_pages(nvmlDevice_t device, nvmlPageRetirementCause_t
         }
         count = 0; /* a count without addresses lists no pages */
     }
+    unsigned long long injected_page;
+    int injected = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR &&
+                   injected_retirement(c.cfg, c.pos, &injected_page);
+    unsigned total = count + (injected ? 1 : 0); /* the injected page comes last */
     unsigned room = mock_list_room(addresses, pageCount);
-    for (unsigned i = 0; i < count && i < room; i++) {
-        unsigned long long address = 0;
-        snprintf(field, sizeof field, "%s.addresses.%u", block, i);
-        mock_dev_u64(c.cfg, c.pos, field, &address);
+    for (unsigned i = 0; i < total && i < room; i++) {
+        unsigned long long address = injected_page;
+        if (i < count) {
+            address = 0;
+            snprintf(field, sizeof field, "%s.addresses.%u", block, i);
+            mock_dev_u64(c.cfg, c.pos, field, &address);
+        }
         addresses[i] = address;
         if (timestamps != NULL)
             timestamps[i] = 0;
     }
-    r = mock_list_result(addresses, pageCount, count);
+    r = mock_list_result(addresses, pageCount, total);
     mock_end(&c);
     return r;
 }
@@ -363,7 +398,19 @@ MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device,
 MOCK_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
                                                              nvmlEnableState_t *isPending)
 {
-    return mock_enable_field(device, MOCK_GUARDED, "retired_pages.pending_retirement", isPending);
+    if (isPending == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    int pending = 0;
+    if (!mock_dev_bool(c.cfg, c.pos, "retired_pages.pending_retirement", &pending))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    else /* an injected error's page retires when the GPU resets */
+        *isPending = mock_enable_state(pending || injected_retirement(c.cfg, c.pos, NULL));
+    mock_end(&c);
+    return r;
 }
 
 int mock_remapped_rows(const struct mock_config *cfg, unsigned pos,
@@ -378,6 +425,11 @@ int mock_remapped_rows(const struct mock_config *cfg, unsigned pos,
     mock_dev_uint(cfg, pos, "remapped_rows.uncorrectable", &out->uncorrectable);
     mock_dev_bool(cfg, pos, "remapped_rows.pending", &pending);
     mock_dev_bool(cfg, pos, "remapped_rows.failure_occurred", &failed);
+    if (mock_failure_ecc_injection(cfg, pos, NULL)) {
+        /* the injected error's row, remapped when the GPU resets */
+        out->uncorrectable += MOCK_ECC_INJECTED_ERRORS;
+        pending = 1;
+    }
     out->pending = (unsigned)pending;
     out->failure_occurred = (unsigned)failed;
     return 1;

@@ -99,7 +99,7 @@ struct mock_entry {
 enum mock_failure_mode {
     MOCK_FAILURE_NONE = 0, /* healthy, or a mode this library does not know */
     MOCK_FAILURE_LOST,     /* lost, fallen_off_bus */
-    MOCK_FAILURE_ECC,      /* ecc_uncorrectable */
+    MOCK_FAILURE_ECC,      /* ecc_uncorrectable: node state, arms no call */
 };
 struct mock_failure_spec {
     unsigned char mode;          /* enum mock_failure_mode */
@@ -536,16 +536,22 @@ int mock_find_bus_id(const struct mock_config *cfg, const char *bus_id, unsigned
 
 /* Reads every device's failure spec into a fresh engine snapshot. */
 void mock_failure_prepare(struct mock_config *cfg);
-/* Whether the device has a failure spec at all: the one test a guarded
- * call on a healthy device pays. */
+/* Whether the device's guarded calls may fail in this process (lost,
+ * fallen_off_bus): the one test a guarded call on a healthy device pays.
+ * An ECC injection is node state and arms nothing. */
 static inline int mock_failure_armed(const struct mock_config *cfg, unsigned pos)
 {
-    return cfg->failure[pos].mode != MOCK_FAILURE_NONE;
+    return cfg->failure[pos].mode == MOCK_FAILURE_LOST;
 }
 /* Applies the device's failure spec to one guarded call. */
 nvmlReturn_t mock_failure_check(const struct mock_config *cfg, unsigned pos);
-/* Extra uncorrectable ECC errors accumulated by `ecc_uncorrectable`. */
-unsigned long long mock_failure_ecc_extra(unsigned pos);
+/* Uncorrectable (double-bit) errors in device memory one injection
+ * (`ecc_uncorrectable`) adds to the board's counts. */
+#define MOCK_ECC_INJECTED_ERRORS 1
+/* 1 when the config injects an uncorrectable ECC error into the device,
+ * and *id (optional), the injection's id, the same in every process. */
+int mock_failure_ecc_injection(const struct mock_config *cfg, unsigned pos,
+                               unsigned long long *id);
 /* 1 when the device fell off the bus in this process under a spec that
  * raises its own Xid 79 (active at once, or tripped), and *spec, the spec's
  * id, which tells this fall from a later one. */
@@ -696,6 +702,11 @@ double mock_reading_time(void);
 /* `t` for mock_readings_at: the current mock_reading_time(), read only when
  * the device is active. */
 #define MOCK_READING_NOW (-1.0)
+/* Whether the board model derives a device's readings now: a pattern, a
+ * holder, or an override that loads the board (a pinned utilization above
+ * 0, a draw pinned at or over the enforced limit); else they are the
+ * profile's (readings.c). */
+int mock_board_driven(const struct mock_board *b, const struct mock_load *load);
 void mock_readings_at(const struct mock_config *cfg, unsigned pos, double t,
                       struct mock_readings *out);
 /* A moving quantity's effective value, by its profile field name: 1 and

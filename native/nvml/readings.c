@@ -25,6 +25,14 @@
  * memo of their own: they answer an idle board's draw, temperatures, fan
  * and PCIe traffic, and a busy board's memory temperature, fan and PCIe
  * traffic (the workload drives the rest).
+ *
+ * Overrides that agree with each other (docs/nvml.md, "Linked readings"):
+ * the model runs (the board is driven, board_driven) for a pattern, for
+ * holders, and also for an override that loads the board as a workload
+ * would: a pinned utilization above 0 takes the clocks, the draw, the
+ * temperature and the performance state with it, and a draw pinned at or
+ * over the enforced limit is the SW power cap holding the clocks
+ * (mock_derive).  A pinned reading itself always reads as pinned.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -107,16 +115,42 @@ static int idle_now(const struct mock_board *b, struct mock_idle *out)
     return 1;
 }
 
+/* ------------------------------------------------- which boards are driven */
+
+/* A draw pinned at or over the enforced limit: the limit holds the board,
+ * as when the formula's draw reaches it (mock_draw_mw's cap). */
+static inline int pinned_over_limit(const struct mock_board *b)
+{
+    return (b->pins & PIN_POWER) && b->has_limit && b->power >= b->limit;
+}
+
+/* Whether the board model derives the device's readings (1), or every
+ * reading is the profile's or the idle signature's (0): a pattern, a
+ * holder, or an override that loads the board (a pinned utilization above
+ * 0, a draw pinned at or over the limit). */
+__attribute__((always_inline)) static inline int board_driven(const struct mock_board *b,
+                                                              const struct mock_load *load)
+{
+    return load->holders > 0 || b->dynamic || ((b->pins & PIN_UTIL) && b->util > 0) ||
+           pinned_over_limit(b);
+}
+
+int mock_board_driven(const struct mock_board *b, const struct mock_load *load)
+{
+    return board_driven(b, load);
+}
+
+
 int mock_idle_power_at(const struct mock_config *cfg, unsigned pos, double t, unsigned *mw)
 {
     if (pos >= cfg->device_count || pos >= MOCK_MAX_DEVICES)
         return 0;
     const struct mock_board *b = board_of(cfg, pos);
-    if (b == NULL || !b->idle.on || !b->idle.has_power || (b->pins & PIN_POWER) || b->dynamic)
+    if (b == NULL || !b->idle.on || !b->idle.has_power || (b->pins & PIN_POWER))
         return 0;
     struct mock_load load;
     mock_workload_load(cfg, pos, &load);
-    if (load.holders > 0)
+    if (board_driven(b, &load))
         return 0;
     *mw = (unsigned)lround(mock_idle_power_mw(b, t));
     return 1;
@@ -139,7 +173,7 @@ readings_now(const struct mock_config *cfg, unsigned pos, struct mock_readings *
     struct mock_load load;
     mock_workload_load(cfg, pos, &load);
     *holders = load.holders;
-    if (b == NULL || (load.holders == 0 && !b->dynamic))
+    if (b == NULL || !board_driven(b, &load))
         return 0; /* not active: no clock is read */
     struct instant now;
     instant_now(&now);
@@ -166,7 +200,7 @@ void mock_readings_at(const struct mock_config *cfg, unsigned pos, double t,
         struct mock_load load;
         mock_workload_load(cfg, pos, &load);
         blank(out, load.holders);
-        if (b != NULL && (load.holders > 0 || b->dynamic))
+        if (b != NULL && board_driven(b, &load))
             mock_derive(b, &load, pos, t, out);
     }
 }
