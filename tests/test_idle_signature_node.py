@@ -27,7 +27,7 @@ from tests.support import real_nvidia_smi, snapshot
 NODE = "idle-node"
 #: 2026-12-01T00:00:00Z, the instant nvidia-smi reads at.
 INSTANT = "1795996800"
-#: The H100's idle range around the profile's figures (native/nvml/dynamics.c,
+#: The H100's idle range around the profile's figures (native/nvml/idle_signature.c,
 #: IDLE_RANGES and IDLE_POWER_JITTER): temperature half-width in C, draw half-width
 #: as a share of the profile's draw; PCIe TX and RX in KB/s.
 HALF_C, POWER_SHARE, PCIE_KBPS = 3, 0.06 + 0.015, (100, 1500)

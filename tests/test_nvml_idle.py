@@ -25,7 +25,7 @@ from tests.nvml_support import nvml_env, run_script, state_with_overrides
 #: An instant well inside the epoch: 2026-12-01T00:00:00Z.
 T0 = 1_795_996_800.0
 
-#: The boards' idle ranges around the profile's figures, as native/nvml/dynamics.c
+#: The boards' idle ranges around the profile's figures, as native/nvml/idle_signature.c
 #: states them (IDLE_RANGES, IDLE_POWER_JITTER): temperature half-width (C), draw
 #: half-width as a share of the profile's draw (jitter included), PCIe KB/s.
 RANGES = {"h100": (3, 0.06 + 0.015, (100, 1500)), "a100": (2, 0.04 + 0.015, (100, 1500))}

@@ -1,25 +1,27 @@
 /*
  * What the files of the moving readings share (docs/workloads.md).
  *
- * One derivation of a board's readings is spread over four files, each with
+ * One derivation of a board's readings is spread over six files, each with
  * one job, so none of them has to be read to change another:
  *
  *   patterns.c   a `dynamics.<metric>` pattern: parsed from the config, and
  *                its value at time t
- *   dynamics.c   the board model: a device's reading inputs resolved once
- *                per snapshot (struct mock_board), and the formula that
- *                derives its readings at time t from them and the holders
+ *   board.c      a device's reading inputs resolved once per snapshot
+ *                (struct mock_board), and the per-snapshot records the
+ *                polling getters read from it
+ *   idle_signature.c  the idle signature (docs/nvml.md, "Idle readings"):
+ *                where an idle board sits within its idle range, and its
+ *                readings at time t
+ *   dynamics.c   the board model's formula: a board's readings at time t
+ *                from its inputs and the holders
  *   readings.c   the clock readings are for, the per-tick memo that keeps a
- *                board's readings for every call of the same tick, the
- *                readings as profile fields, and what follows from them
- *                (performance state, clocks event reasons)
+ *                board's readings (and its idle signature's) for every call
+ *                of the same tick, the readings as profile fields, and what
+ *                follows from them (performance state, clocks event reasons)
  *   energy.c     the total energy counter, the integral of the power draw
  *
- * The idle signature (docs/nvml.md, "Idle readings") is the board model's
- * too: dynamics.c derives it, readings.c keeps it per tick and serves it.
- *
- * This header is theirs alone (mock.h is the library's): the structs the
- * four pass between them, and the helpers the hot path needs inline in more
+ * This header is theirs alone (mock.h is the library's): the structs they
+ * pass between them, and the helpers the hot path needs inline in more
  * than one of them (the board lookup, the clock, the memo's read).
  */
 #ifndef MOCK_NVML_DYNAMICS_H
@@ -145,7 +147,7 @@ void mock_memo_put(struct tick_memo *m, unsigned long long *words, size_t n,
                    unsigned long long key, unsigned generation, unsigned long long owner,
                    const void *answer);
 
-/* ------------------------------------------------------------ dynamics.c */
+/* --------------------------------------- board.c, idle_signature.c, dynamics.c */
 
 /* Which readings an override pinned (`pinned.<field>` in the config). */
 enum pin {
@@ -163,7 +165,7 @@ enum pin {
 
 /* Every clocks event reason a board reports, by its profile field; the
  * ones in MOCK_READING_REASONS follow the readings, the others are the
- * profile's (dynamics.c). */
+ * profile's (board.c). */
 struct mock_reason_field {
     const char *field;
     unsigned long long bit;
@@ -180,7 +182,7 @@ struct reading_cache {
 };
 
 /* The idle signature's readings of one device at one instant: what an idle
- * board reports in place of the profile's single figures (dynamics.c). */
+ * board reports in place of the profile's single figures (idle_signature.c). */
 struct mock_idle {
     long long tlimit_c;         /* T.Limit, which shrinks as the board warms */
     unsigned power_mw;
@@ -264,6 +266,14 @@ static inline const struct mock_board *board_of(const struct mock_config *cfg, u
     const struct mock_board *b = __atomic_load_n(&cfg->boards[pos], __ATOMIC_ACQUIRE);
     return b != NULL ? b : mock_first_board(cfg, pos);
 }
+
+/* Resolves the device's idle signature into b->idle and moves the board's
+ * idle bases to its place (idle_signature.c); b->power and b->temperature
+ * are resolved already. */
+void mock_idle_resolve(const struct mock_config *cfg, unsigned pos, struct mock_board *b);
+/* The largest supported clock at or below `mhz` (the smallest one when none
+ * is); `mhz` itself when the profile lists no clocks (dynamics.c). */
+double mock_snap_clock(const struct mock_board *b, double mhz);
 
 /* The power draw (mW) at `x`: a power pattern's watts, or a utilization in
  * percent that takes the board from its idle draw to its enforced limit;

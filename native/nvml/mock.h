@@ -38,7 +38,8 @@
  *   clocks.c      clocks, supported clocks, clocks event reasons,
  *                 violation status, auto boost
  *   utilization.c utilization rates, media engines, encoder and FBC stats
- *   nvlink.c      NVLink state, traffic and errors, NVLink field values
+ *   nvlink.c,     NVLink links and the link getters (nvlink.c); traffic
+ *   nvlink_counters.c  and error counters and NVLink field values
  *   fabric.c      GPU fabric info, addressing mode
  *   meters.c      quantities integrated over time (NVLink traffic, throttled time)
  *   samples.c     sample buffers (nvmlDeviceGetSamples), per-process utilization
@@ -46,12 +47,13 @@
  *   fields.c      nvmlDeviceGetFieldValues
  *   workload.c    the workload file: which GPUs pods hold, as processes
  *   patterns.c,   the readings that move (utilization, memory used, power,
- *   dynamics.c,   temperature, clocks, clocks event reasons): patterns, the
- *   readings.c,   board model that derives them in one place from
- *   energy.c      overrides, patterns, holders and the profile, the cache
- *                 that keeps them per clock tick, and what follows from
- *                 them (performance state, total energy counter); their
- *                 shared internals are in dynamics.h
+ *   board.c,      temperature, clocks, clocks event reasons): patterns, a
+ *   idle_signature.c  device's inputs resolved per snapshot (board.c), the
+ *   dynamics.c,   idle signature, the board model that derives them in one
+ *   readings.c,   place from overrides, patterns, holders and the profile,
+ *   energy.c      the cache that keeps them per clock tick, and what
+ *                 follows from them (performance state, total energy
+ *                 counter); their shared internals are in dynamics.h
  *   events.c      event sets and Xid delivery
  *   export_table.c  nvmlInternalGetExportTable for nvidia-smi
  *   system.c      system-level queries (versions, process names, units)
@@ -192,7 +194,7 @@ struct mock_config {
     size_t slot_mask;
     /* Each device's MOCK_KEYS fields, resolved at parse: values[pos][key]. */
     struct mock_value (*values)[MOCK_KEY_COUNT];
-    /* Each device's reading inputs, resolved on first use (dynamics.c). */
+    /* Each device's reading inputs, resolved on first use (board.c). */
     struct mock_board *boards[MOCK_MAX_DEVICES];
     /* Each device's failure spec (engine configs; zero: none). */
     struct mock_failure_spec failure[MOCK_MAX_DEVICES];
@@ -670,7 +672,7 @@ unsigned mock_workload_pids(const struct mock_config *cfg, unsigned pos, unsigne
 int mock_workload_process_name(const struct mock_config *cfg, unsigned pid, char *name,
                                unsigned length);
 
-/* ------------------------ patterns.c, dynamics.c, readings.c, energy.c */
+/* ---- patterns.c, board.c, idle_signature.c, dynamics.c, readings.c, energy.c */
 
 struct mock_board;
 void mock_board_free(struct mock_board *board);
@@ -775,7 +777,7 @@ int mock_energy_mj(const struct mock_config *cfg, unsigned pos, unsigned long lo
 
 void mock_events_cleanup(void);
 
-/* ----------------------------------------------------------- nvlink.c */
+/* ----------------------------------------------- nvlink.c, nvlink_counters.c */
 
 /* Number of the device's links whose far end is an NVSwitch. */
 unsigned mock_nvswitch_link_count(const struct mock_config *cfg, unsigned pos);
@@ -786,10 +788,13 @@ unsigned mock_link_count(const struct mock_config *cfg, unsigned pos);
 unsigned long long mock_nvlink_data_kib(const struct mock_config *cfg, unsigned pos,
                                         unsigned long long *at);
 unsigned long long mock_nvlink_errors(const struct mock_config *cfg, unsigned pos, unsigned link);
+/* One error counter of a link, as nvmlDeviceGetNvLinkErrorCounter answers it. */
+unsigned long long mock_nvlink_error_count(const struct mock_config *cfg, unsigned pos,
+                                           unsigned link, nvmlNvLinkErrorCounter_t counter);
 /* Fills an NVLink field value (scopeId = link); 0 when `v` is no NVLink field. */
 int mock_nvlink_field(const struct mock_config *cfg, unsigned pos, nvmlFieldValue_t *v);
 /* A device's links as the engine config and the board's wiring make them,
- * resolved with its board once per config snapshot (dynamics.c), so the
+ * resolved with its board once per config snapshot (board.c), so the
  * link getters a poller calls (state, capability, remote device type, the
  * link fields) format and look up no key. */
 struct mock_nvlink {
@@ -807,6 +812,10 @@ void mock_nvlink_fill(const struct mock_config *cfg, unsigned pos, struct mock_n
 /* The device's links as resolved for this snapshot; NULL only without
  * memory (the caller fills its own). */
 const struct mock_nvlink *mock_board_nvlink(const struct mock_config *cfg, unsigned pos);
+/* The device's links as resolved for this snapshot, or (no memory for its
+ * board) as resolved into `own` now. */
+const struct mock_nvlink *mock_nvlink_of(const struct mock_config *cfg, unsigned pos,
+                                        struct mock_nvlink *own);
 
 /* ----------------------------------------------------- nvlink_wiring.c */
 
@@ -925,7 +934,7 @@ nvmlReturn_t mock_cpu_numa_affinity(nvmlDevice_t device, unsigned int nodeSetSiz
 
 /* The device's PCI record, every field of a whole current nvmlPciInfo_t
  * (pci.c); `pci` zeroed by the caller.  Run once per snapshot and device
- * (the board, dynamics.c), so nvmlDeviceGetPciInfo* formats nothing. */
+ * (the board, board.c), so nvmlDeviceGetPciInfo* formats nothing. */
 void mock_pci_fill(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci);
 /* The device's PCI record as resolved for this snapshot; NULL only
  * without memory (the caller fills its own). */
@@ -940,7 +949,7 @@ int mock_idle_power_at(const struct mock_config *cfg, unsigned pos, double t, un
 
 /* Profile figures the polling getters and field values read that only the
  * config moves (or, for the signature's quantities, the idle signature):
- * each resolved with the device's board (dynamics.c), so such a getter
+ * each resolved with the device's board (board.c), so such a getter
  * looks up no key.  mock_figure_u64 answers exactly what mock_dev_u64
  * answers for the figure's field. */
 enum mock_figure {
@@ -996,7 +1005,7 @@ int mock_ecc_counter(const struct mock_config *cfg, unsigned pos, nvmlMemoryErro
                      nvmlEccCounterType_t counter, enum mock_ecc_location where,
                      unsigned long long *out);
 /* Tells snapshots apart however their memory is reused: the serial of the
- * first device's board (dynamics.c); 0 without a device (or memory). */
+ * first device's board (board.c); 0 without a device (or memory). */
 unsigned long long mock_snapshot_serial(const struct mock_config *cfg);
 /* mock_remapped_rows's answer as resolved for this snapshot. */
 int mock_board_remapped_rows(const struct mock_config *cfg, unsigned pos,

@@ -96,7 +96,7 @@ int mock_nvlink_wired_switch(const struct mock_config *cfg, unsigned pos, unsign
  * pciDeviceId and pciSubSystemId: the pcibus simulator gives the switches
  * NVIDIA's vendor and their device id as subsystem ids too.  The id is the
  * daemon's, the one it stages in sysfs (nvswitch_device_id in
- * mokka/simulators/pcibus/hierarchy.py).  0 when the engine config names
+ * mokka/simulators/pcibus/endpoints.py).  0 when the engine config names
  * none for it (a hand-written config). */
 unsigned mock_nvswitch_pci_id(const struct mock_config *cfg, unsigned sw)
 {

@@ -32,7 +32,7 @@ unsigned mock_pci_device_id(const struct mock_config *cfg, unsigned pos)
 }
 
 /* Fills a whole current (68-byte) nvmlPciInfo_t, which the caller zeroed.
- * Seven lookups and two copies of text: the board (dynamics.c) runs it
+ * Seven lookups and two copies of text: the board (board.c) runs it
  * once per snapshot and device, and the getters copy its answer. */
 void mock_pci_fill(const struct mock_config *cfg, unsigned pos, nvmlPciInfo_t *pci)
 {

@@ -39,7 +39,7 @@ from mokka import layout
 from mokka.errors import SpecError
 from mokka.simulators.gpudriver.config_lines import flatten, format_line
 from mokka.simulators.gpudriver.mig_config import mig_entries
-from mokka.simulators.pcibus.hierarchy import nvswitch_device_id
+from mokka.simulators.pcibus.endpoints import nvswitch_device_id
 from mokka.state.model import Gpu, State
 
 logger = logging.getLogger(__name__)

@@ -1,8 +1,10 @@
 """pcibus: the mock PCI bus (sysfs tree and ``libmockfs.so``) and the NFD feature file.
 
 Modules, one concept each: ``hierarchy`` (which functions, bridges and
-addresses a state calls for), ``config_space`` (their 256-byte config
-space), ``cpus`` (CPU lists and masks), ``sysfs`` (the tree as artifacts),
+addresses a state calls for), ``endpoints`` (the GPUs and NVSwitches the
+tree places: ids, classes, links, the NVSwitch device id),
+``config_space`` (their 256-byte config space), ``sysfs`` (the tree as
+artifacts),
 ``dmi`` (the system's DMI identity), ``nfd`` (the feature file),
 ``settings`` (flags), ``simulator`` (the ``Simulator``/``Applier`` tying
 them to the waves).
