@@ -4,13 +4,14 @@ A health loop polls its event set with a zero timeout, and a poll of a
 snapshot already scanned answers without scanning again: a Xid that comes
 with a new snapshot, and a fall off the bus that trips within the same
 snapshot, must still be delivered by the very next poll.  The stamps that
-come without a clock read of their own (field values: the call's clock;
-violation status: the meter's instant on the wall clock) must still be the
-wall clock of the call.
+come without a clock read of their own (field values and violation status:
+the call's coarse clock) must still be the wall clock of the call, within
+one kernel tick.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -74,10 +75,13 @@ def test_field_and_violation_stamps_are_the_wall_clock_of_the_call(native: Path,
     assert memory in config.read_text()
     rows = run_pynvml(native, config, STAMPS)
     assert len(rows) == 3
-    tick = 0.02  # the call's clock is CLOCK_REALTIME_COARSE: a kernel tick behind at most
+    # both stamps are the call's clock, CLOCK_REALTIME_COARSE (Linux clock id
+    # 5): behind the caller's clock by at most one kernel tick, plus a margin
+    # for a tick handled late on a busy machine
+    tick = time.clock_getres(5) + 0.005
     for before, after, field_us, reference_us, code, memory_c in rows:
         assert (code, memory_c) == (0, MEMORY_C)  # resolved once per snapshot
         assert before - tick <= field_us / 1e6 <= after
-        assert before - 0.001 <= reference_us / 1e6 <= after + 0.001
+        assert before - tick <= reference_us / 1e6 <= after
     assert rows[0][2] < rows[1][2] < rows[2][2]
     assert rows[0][3] < rows[1][3] < rows[2][3]

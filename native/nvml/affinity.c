@@ -7,7 +7,9 @@
  * GPU set (nvmlSystemGetTopologyGpuSet) is the GPUs whose affinity holds
  * it: both read one list per device (affinity_list).  The NUMA node near
  * a GPU (its memory affinity, the nearest CPU's node `topo -C` prints) is
- * the profile's `numa_node`.  Apart from pci.c,
+ * the profile's `numa_node`; the GPU's own NUMA node
+ * (nvmlDeviceGetNumaNodeId) exists only where its memory is one (Grace
+ * with C2C).  Apart from pci.c,
  * which answers the PCI address, link and topology questions.
  */
 #include <stdio.h>
@@ -219,7 +221,51 @@ nvmlReturn_t mock_cpu_numa_affinity(nvmlDevice_t device, unsigned int nodeSetSiz
     return numa_affinity(device, nodeSetSize, nodeSet);
 }
 
+/* NUMA nodes the driver gives each GPU whose memory is a node: its memory
+ * and the nodes its MIG partitions' memory would come online as. */
+#define NODES_PER_GPU 8
+
+/* Whether the device's memory is a NUMA node of the host: a GPU attached
+ * to a Grace CPU over coherent C2C, where the driver onlines the GPU's
+ * memory as system memory.  The device's addressing mode says so: ATS is
+ * what such a GPU reports (the engine config writes `ats` for a profile
+ * with C2C and no mode of its own), and x86 hosts report HMM or none. */
+static int memory_is_numa_node(const struct mock_config *cfg, unsigned pos)
+{
+    return mock_dev_is(cfg, pos, "addressing_mode", "ats");
+}
+
+/* The GPU's memory node, as a Grace node numbers them: the CPU sockets'
+ * nodes first (one past the highest `numa_node` a GPU names), then
+ * NODES_PER_GPU per GPU in module order (GB200: 2, 10, 18, 26). */
+static unsigned gpu_memory_node(const struct mock_config *cfg, unsigned pos)
+{
+    unsigned cpu_nodes = 0;
+    for (unsigned d = 0; d < cfg->device_count; d++) {
+        unsigned node = 0;
+        mock_dev_uint(cfg, d, "numa_node", &node);
+        if (node + 1 > cpu_nodes)
+            cpu_nodes = node + 1;
+    }
+    return cpu_nodes + NODES_PER_GPU * pos;
+}
+
+/* nvml.h: "only applies to platforms where the GPUs are NUMA nodes";
+ * elsewhere (every x86 board) real drivers answer NOT_SUPPORTED, and
+ * `nvidia-smi topo -m` prints N/A as the GPU NUMA ID.  The CPU's node
+ * nearest the GPU is the memory affinity's and slot 223's answer. */
 MOCK_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
 {
-    return mock_uint_field(device, MOCK_GUARDED, "numa_node", node);
+    if (node == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mock_call c;
+    nvmlReturn_t r = mock_begin(&c, device, MOCK_GUARDED);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (memory_is_numa_node(c.cfg, c.pos))
+        *node = gpu_memory_node(c.cfg, c.pos);
+    else
+        r = NVML_ERROR_NOT_SUPPORTED;
+    mock_end(&c);
+    return r;
 }

@@ -11,7 +11,6 @@
  * violation meters; nothing else here is shared.
  */
 #include <stdio.h>
-#include <time.h>
 
 #include "mock.h"
 
@@ -265,7 +264,8 @@ static size_t policy_row(nvmlPerfPolicyType_t policy)
     return p;
 }
 
-/* The violation time and the mock_now_ns() instant it is for (*at). */
+/* The violation time and the instant it is for (*at): the call's clock
+ * (mock_call_clock, wall-clock ns), which the violation meters count on. */
 static int violation_at(const struct mock_config *cfg, unsigned pos, nvmlPerfPolicyType_t policy,
                         unsigned long long *ns, unsigned long long *at)
 {
@@ -284,35 +284,6 @@ int mock_violation_ns(const struct mock_config *cfg, unsigned pos, nvmlPerfPolic
     return violation_at(cfg, pos, policy, ns, NULL);
 }
 
-/* How often the wall clock's lead on the monotonic clock is measured. */
-#define WALL_OFFSET_INTERVAL_NS 1000000000ULL
-
-/* The wall clock (microseconds since the epoch) at a mock_now_ns() instant:
- * the violation time's own instant, so the two figures of one answer are
- * one reading, and no call pays a clock read of its own.  The wall clock's
- * lead is measured at most once a second (by the call's clock), so a step
- * of the wall clock shows within a second. */
-static unsigned long long wall_us_at(unsigned long long monotonic_ns)
-{
-    static unsigned long long measured_at; /* mock_call_clock() of the last measure */
-    static long long lead_ns;              /* CLOCK_REALTIME - CLOCK_MONOTONIC */
-    unsigned long long now = mock_call_clock();
-    unsigned long long last = __atomic_load_n(&measured_at, __ATOMIC_ACQUIRE);
-    long long lead;
-    if (last == 0 || now - last >= WALL_OFFSET_INTERVAL_NS) {
-        struct timespec wall;
-        clock_gettime(CLOCK_REALTIME, &wall);
-        unsigned long long monotonic = mock_now_ns();
-        lead = (long long)((unsigned long long)wall.tv_sec * 1000000000ULL +
-                           (unsigned long long)wall.tv_nsec - monotonic);
-        __atomic_store_n(&lead_ns, lead, __ATOMIC_RELAXED);
-        __atomic_store_n(&measured_at, now, __ATOMIC_RELEASE);
-    } else {
-        lead = __atomic_load_n(&lead_ns, __ATOMIC_RELAXED);
-    }
-    return (unsigned long long)((long long)monotonic_ns + lead) / 1000ULL;
-}
-
 MOCK_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device,
                                                    nvmlPerfPolicyType_t perfPolicyType,
                                                    nvmlViolationTime_t *violTime)
@@ -325,7 +296,7 @@ MOCK_API nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device,
         return r;
     unsigned long long at;
     violation_at(c.cfg, c.pos, perfPolicyType, &violTime->violationTime, &at);
-    violTime->referenceTime = wall_us_at(at);
+    violTime->referenceTime = at / 1000ULL; /* microseconds since the epoch */
     mock_end(&c);
     return r;
 }

@@ -109,8 +109,9 @@ static int power_field(unsigned field, enum mock_figure *gpu, enum mock_figure *
 }
 
 /* The perf policy counters 74-81 by field id: the policy whose violation
- * time (ns) each reports, as nvmlDeviceGetViolationStatus does.  Not in
- * enum order: 80 and 81 are the totals (policies 10 and 11). */
+ * time (ns) each reports, as nvmlDeviceGetViolationStatus does (the same
+ * meter, on the call's clock: an entry's value is for its timestamp).  Not
+ * in enum order: 80 and 81 are the totals (policies 10 and 11). */
 static int perf_policy_field(unsigned field, nvmlPerfPolicyType_t *policy)
 {
     static const struct {

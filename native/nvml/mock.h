@@ -627,7 +627,9 @@ enum mock_meter {
 };
 /* Adds rate x the time since the previous read (or since the library was
  * loaded) to the device's meter and returns its total; `at` (optional)
- * receives the mock_now_ns() the total is for. */
+ * receives the instant on the meter's own clock the total is for
+ * (mock_now_ns() for NVLink traffic, mock_call_clock() for the violation
+ * meters). */
 double mock_meter_read(enum mock_meter meter, unsigned pos, double rate_per_second,
                        unsigned long long *at);
 
