@@ -6,7 +6,7 @@
  * fields 187-192 (scope 0 = GPU, 1 = module) and prints whatever the
  * entry holds, so an entry must never be left unwritten.  NVLink fields
  * (link state 165 for `nvlink -s`, throughput 138-141, field 147 for
- * `topo -m`'s NV<n>, ...) are nvlink.c's: their scope is a link.  A field
+ * `topo -m`'s NV<n>, ...) are nvlink_counters.c's: their scope is a link.  A field
  * that has a getter of its own (violation time, remapped rows, total
  * energy, ...) reads what that getter reads, so the two always agree.
  *
