@@ -95,7 +95,8 @@ class Node:
         """Until a health loop started after log line ``after`` records the Xids of
         every GPU (the mock library's debug line for each registration)."""
         for pos in range(len(self.uuids)):
-            self.plugin.wait_for_line(f"records the Xids of device {pos} from", after=after)
+            # "records the Xids [and double-bit ECC errors] of device N from now on"
+            self.plugin.wait_for_line(f"of device {pos} from now on", after=after)
 
     def allocate(self, registration: Registration, *indices: int):
         pb2 = self.kubelet.pb2
