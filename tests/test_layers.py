@@ -286,3 +286,15 @@ TOP_LEVEL_LIMIT = 12
 def test_the_top_level_stays_small():
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert len(top) <= TOP_LEVEL_LIMIT, top
+
+
+def test_every_package_says_what_it_owns_and_may_use():
+    """Each package's ``__init__`` opens with a docstring that names what it may use."""
+    missing = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        if init.parent.name == "__pycache__" or not any(init.parent.glob("*.py")):
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if module_name(init).count(".") <= 1 and "may use" not in doc.lower():
+            missing.append(module_name(init))
+    assert missing == []
