@@ -75,6 +75,9 @@ def test_destroy_and_mode(file: Path) -> None:
     (["--create", "1g.5gb"],
      "--create: NVIDIA H100 80GB HBM3: '1g.5gb' is not a GPU instance profile of this board, "
      "expected one of 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb"),
+    (["--create", ",, ,"],
+     "--create: ',, ,' names no GPU instance profile, expected a comma-separated list such as "
+     "7x1g.10gb (--destroy removes them all)"),
     (["--create", "9x1g.10gb"],
      "--create: NVIDIA H100 80GB HBM3: '9x1g.10gb': 9 GPU instances, the board holds 1 to 7"),
 ])

@@ -212,6 +212,9 @@ def _mig_edit(args: argparse.Namespace) -> Edit:
     if board is None:
         raise CtlError(f"--create: {name} is not MIG capable")
     labels = [label.strip() for label in args.create.split(",") if label.strip()]
+    if not labels:
+        raise CtlError(f"--create: {found(args.create)} names no GPU instance profile, expected "
+                       "a comma-separated list such as 7x1g.10gb (--destroy removes them all)")
     try:
         instances = mig_layout.declared(board, labels)
     except mig_layout.LayoutRefusal as refusal:
