@@ -74,6 +74,17 @@ def probe(native_dir: Path, config: Path, *args: str, **extra: str) -> dict[str,
     return _json_of([str(PROBE), *args], native_dir, config, extra)
 
 
+#: A probe script's ``attempt(call)``: the call's answer, or ``{"error": code}``
+#: for an NVMLError; the scripts import nvidia-ml-py as ``nv``.
+PYNVML_ATTEMPT = '''
+def attempt(call):
+    try:
+        return call()
+    except nv.NVMLError as error:
+        return {"error": error.value}
+'''
+
+
 def run_script(native_dir: Path, config: Path, script: str, *args: str, **extra: str) -> Any:
     """Run the Python source ``script`` with ``args`` in a fresh interpreter against the
     library (a crash there fails the test, not the run); what it printed, as JSON."""

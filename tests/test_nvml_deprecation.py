@@ -23,7 +23,13 @@ from mokka.state.compile import compile_profile
 from mokka.state.model import State
 from mokka.state.profile import BUILTIN_PROFILES
 from tests.engine_config_oracle import parse_engine_config
-from tests.nvml_support import run_script, run_smi, state_with_overrides, write_config
+from tests.nvml_support import (
+    PYNVML_ATTEMPT,
+    run_script,
+    run_smi,
+    state_with_overrides,
+    write_config,
+)
 
 pytestmark = pytest.mark.realclient
 
@@ -46,12 +52,7 @@ PROBE = r"""
 import json
 import pynvml as nv
 
-def attempt(call):
-    try:
-        return call()
-    except nv.NVMLError as error:
-        return {"error": error.value}
-
+""" + PYNVML_ATTEMPT + r"""
 nv.nvmlInit()
 out = []
 for index in range(nv.nvmlDeviceGetCount()):

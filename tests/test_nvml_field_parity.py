@@ -30,7 +30,14 @@ import attrs
 import pytest
 
 from mokka.state.model import Failure, State
-from tests.nvml_support import load_target, run_script, run_smi, state_with_overrides, write_config
+from tests.nvml_support import (
+    PYNVML_ATTEMPT,
+    load_target,
+    run_script,
+    run_smi,
+    state_with_overrides,
+    write_config,
+)
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -70,12 +77,7 @@ REMAPPED = json.loads(sys.argv[3])
 POLICY_FIELDS = [getattr(nv, "NVML_FI_DEV_PERF_POLICY_" + p) for p in POLICIES]
 REMAP_FIELDS = [getattr(nv, "NVML_FI_DEV_REMAPPED_" + r) for r in REMAPPED]
 
-def attempt(call):
-    try:
-        return call()
-    except nv.NVMLError as error:
-        return {"error": error.value}
-
+""" + PYNVML_ATTEMPT + r"""
 def fields(h, ids):
     # the C call itself, so a failed call still shows what each entry says
     values = (nv.c_nvmlFieldValue_t * len(ids))()

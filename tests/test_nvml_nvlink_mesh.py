@@ -22,7 +22,7 @@ import pytest
 
 from mokka.state.compile import compile_profile
 from mokka.state.model import State
-from tests.nvml_support import run_script, run_smi, write_config
+from tests.nvml_support import PYNVML_ATTEMPT, run_script, run_smi, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -53,12 +53,7 @@ import pynvml as nv
 def text(value):
     return value.decode() if isinstance(value, bytes) else value
 
-def attempt(call):
-    try:
-        return call()
-    except nv.NVMLError as error:
-        return {"error": error.value}
-
+""" + PYNVML_ATTEMPT + r"""
 def remote(h, link):
     pci = nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link)
     return {"bus_id": text(pci.busId), "device_id": pci.pciDeviceId,

@@ -36,7 +36,7 @@ from mokka.simulators.pcibus.sysfs import tree_artifacts
 from mokka.state.compile import compile_profile
 from mokka.state.model import NvlinkSwitch, State
 from mokka.state.profile_files import BUILTIN_PROFILES
-from tests.nvml_support import node_path, nvml_env, run_smi, write_config
+from tests.nvml_support import PYNVML_ATTEMPT, node_path, nvml_env, run_smi, write_config
 
 pytestmark = [pytest.mark.realclient, pytest.mark.timeout(120)]
 
@@ -93,12 +93,7 @@ v1.argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p)
 def text(value):
     return value.decode() if isinstance(value, bytes) else value
 
-def attempt(call):
-    try:
-        return call()
-    except nv.NVMLError as error:
-        return {"error": error.value}
-
+""" + PYNVML_ATTEMPT + r"""
 def v2_info(h, link):
     pci = nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link)  # the _v2 symbol
     return {"bus_id": text(pci.busId),

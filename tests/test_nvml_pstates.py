@@ -20,7 +20,7 @@ import yaml
 from mokka.state.compile import compile_profile
 from mokka.state.profile import BUILTIN_PROFILES, load_profile, read_profile_text
 from tests.engine_config_oracle import parse_engine_config
-from tests.nvml_support import run_script, state_with_overrides, write_config
+from tests.nvml_support import PYNVML_ATTEMPT, run_script, state_with_overrides, write_config
 
 NOT_SUPPORTED, INVALID_ARGUMENT, INSUFFICIENT_SIZE, GPU_IS_LOST = 3, 2, 7, 15
 PSTATE_UNKNOWN = 32
@@ -34,12 +34,7 @@ PROBE = r"""
 import ctypes, json
 import pynvml as nv
 
-def attempt(call):
-    try:
-        return call()
-    except nv.NVMLError as error:
-        return {"error": error.value}
-
+""" + PYNVML_ATTEMPT + r"""
 lib = ctypes.CDLL("libnvidia-ml.so.1")
 nv.nvmlInit()
 out = []
